@@ -1,0 +1,3 @@
+from nodewarden.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Command line: argument parsing and exit codes only; the work is done in the subpackages.
+
+Exit codes (nodewarden.exitcodes): 0 ok/healthy, 1 unhealthy, 2 usage or configuration error,
+3 could not complete (an input could not be read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from typing import Sequence
+
+from nodewarden import __version__, exitcodes
+from nodewarden.events import KINDS, parse_iso_utc
+
+
+def _time_arg(text: str) -> dt.datetime:
+    """``2024-03-01``, ``2024-03-01T12:00``, ``2024-03-01T12:00:00Z`` or with an offset; naive is UTC."""
+    try:
+        return parse_iso_utc(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 date/time: {text!r}") from None
+
+
+def _kinds_arg(text: str) -> frozenset[str]:
+    kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    unknown = kinds - set(KINDS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
+    return kinds
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nodewarden", description="GPU-node hardware validator and fault telemetry.")
+    p.add_argument("--version", action="version", version=f"nodewarden {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def add_input_options(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("paths", nargs="+", metavar="PATH",
+                        help="log files (plain, .gz, .bz2, .xz), directories of nodes' logs, agent journals, or - for stdin")
+        sp.add_argument("--since", type=_time_arg, help="only events at or after this time (UTC unless an offset is given)")
+        sp.add_argument("--until", type=_time_arg, help="only events before this time")
+        sp.add_argument("--kind", type=_kinds_arg, help=f"comma-separated kinds ({', '.join(KINDS)})")
+        sp.add_argument("--tz", default="UTC",
+                        help="time zone of stamps printed without an offset (dmesg -T, syslog); default UTC")
+        sp.add_argument("--boot-time", type=_time_arg,
+                        help="wall time of boot, to date monotonic-only stamps ([  123.456]) of one boot's logs")
+        sp.add_argument("--no-dedupe", action="store_true",
+                        help="keep copies of one record seen through several files")
+
+    ev = sub.add_parser("events", help="print fault events found in logs as JSON lines")
+    add_input_options(ev)
+    ev.add_argument("--stats", action="store_true", help="print input/parse counts to stderr at the end")
+    ev.set_defaults(func=cmd_events)
+
+    an = sub.add_parser("analyze", help="failure statistics (Fire-Flyer Table VI) from a fleet's logs")
+    add_input_options(an)
+    an.add_argument("--out", metavar="DIR", help="write the tables as Markdown and CSV into DIR")
+    an.add_argument("--hosts", help="comma-separated hosts to include")
+    an.set_defaults(func=cmd_analyze)
+
+    xi = sub.add_parser("xid", help="explain an Xid code")
+    xi.add_argument("code", type=int)
+    xi.add_argument("--json", action="store_true", help="print as JSON")
+    xi.add_argument("--policy", metavar="FILE", help="operator policy TOML overriding the shipped one")
+    xi.set_defaults(func=cmd_xid)
+
+    ag = sub.add_parser("agent", help="follow the kernel log and serve /metrics (systemd service)")
+    ag.add_argument("--listen", default="127.0.0.1:9764", help="HOST:PORT for /metrics and /healthz (default %(default)s)")
+    ag.add_argument("--state-dir", default="/var/lib/nodewarden", help="cursor, counters and event journal")
+    ag.add_argument("--kmsg", default="/dev/kmsg", help=argparse.SUPPRESS)
+    ag.add_argument("--boot-id-path", default="/proc/sys/kernel/random/boot_id", help=argparse.SUPPRESS)
+    ag.add_argument("--procfs", default="/proc", help="procfs root (GPU minor numbers from driver/nvidia/gpus)")
+    ag.add_argument("--hostname", help="host label of events (default: this machine's name)")
+    ag.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    ag.set_defaults(func=cmd_agent)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:  # `nodewarden events ... | head`
+        try:
+            sys.stdout = None  # type: ignore[assignment]
+        finally:
+            return exitcodes.OK
+    except KeyboardInterrupt:
+        return 130
+
+
+def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
+    from nodewarden.analysis.ingest import Filters, ingest
+
+    def on_error(msg: str) -> None:
+        print(f"nodewarden: {msg}", file=sys.stderr)
+
+    filters = Filters(since=args.since, until=args.until, kinds=args.kind, hosts=hosts)
+    try:
+        return ingest(args.paths, filters=filters, tz=args.tz, boot_time=args.boot_time,
+                      dedupe=not args.no_dedupe, on_error=on_error)
+    except Exception as e:  # e.g. an unknown --tz
+        raise SystemExit(f"nodewarden: {e}")
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    try:
+        from zoneinfo import ZoneInfo
+        if args.tz.upper() != "UTC":
+            ZoneInfo(args.tz)
+    except Exception:
+        print(f"nodewarden: unknown time zone {args.tz!r}", file=sys.stderr)
+        return exitcodes.USAGE
+    events, stats = _ingest(args)
+    out = sys.stdout
+    write = out.write
+    for e in events:
+        write(e.to_json())
+        write("\n")
+    out.flush()
+    if args.stats:
+        print(json.dumps({"files": stats.files, "candidate_records": stats.records, "events": stats.events,
+                          "unparsed": stats.unparsed, "copies_dropped": stats.copies_dropped,
+                          "errors": len(stats.errors)}), file=sys.stderr)
+    return exitcodes.INCOMPLETE if stats.errors else exitcodes.OK
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    try:
+        from nodewarden.analysis import report
+    except ImportError as e:
+        print(f"nodewarden: analyze needs the [analysis] extra (pandas): {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    hosts = frozenset(h.strip() for h in args.hosts.split(",")) if args.hosts else None
+    events, stats = _ingest(args, hosts)
+    return report.run(events, stats, out_dir=args.out)
+
+
+def cmd_xid(args: argparse.Namespace) -> int:
+    from nodewarden import catalog
+    try:
+        policy = catalog.load_policy(path=args.policy) if args.policy else None
+    except (OSError, ValueError) as e:
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    if args.json:
+        print(json.dumps(catalog.as_dict(args.code, policy), indent=2))
+    else:
+        print(catalog.explain(args.code, policy))
+    return exitcodes.OK
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from nodewarden.agent import daemon
+    return daemon.run(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

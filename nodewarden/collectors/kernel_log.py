@@ -1,0 +1,295 @@
+"""Kernel-log collector: the live ``/dev/kmsg`` and log files (plain, gzip, bzip2, xz; whole
+rotated sets; directories of many nodes' logs; stdin), turned into FaultEvents.
+
+Sources are parameters: the kmsg path, the boot-id path and the file paths are passed in, so
+tests point the same code at real files and at the real ``/dev/kmsg``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import dataclasses
+import datetime as dt
+import errno
+import gzip
+import logging
+import lzma
+import os
+import re
+import select
+import time
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+from nodewarden.events import FaultEvent
+from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
+from nodewarden.parsing.scan import candidate_records, split_carry
+from nodewarden.parsing.stream import KernelLogParser, join_record
+
+log = logging.getLogger(__name__)
+
+CHUNK = 16 << 20  # bytes read at a time from a file
+MAX_CARRY = 64 << 20  # a "record" longer than this is cut (a file of indented lines only)
+
+# Base names of kernel/system logs: a file so named tells nothing about its host.
+_LOG_BASENAMES = ("kern", "syslog", "messages", "dmesg", "journal", "kmsg", "daemon", "warn", "all", "log")
+_ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<num>\d{1,4}|\d{8}))?(?P<comp>\.(?:gz|bz2|xz))?$")
+
+
+class InputError(Exception):
+    """An input could not be read (message names it); other inputs go on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LogFile:
+    """One input file and the host its lines belong to when the lines do not say."""
+
+    path: Path
+    host: str | None
+
+
+def _host_from_name(name: str) -> str | None:
+    stem = name.split(".")[0]
+    if not stem or stem.lower() in _LOG_BASENAMES or stem.lower().startswith(_LOG_BASENAMES):
+        return None
+    return stem
+
+
+def _rotation_key(p: Path) -> tuple[str, int, str]:
+    """Oldest first within a rotated set: kern.log.3.gz, kern.log.2.gz, kern.log.1, kern.log."""
+    m = _ROTATED.match(p.name)
+    base = m.group("base") if m else p.name
+    num = m.group("num") if m else None
+    if num is None:
+        order = 0
+    elif len(num) == 8:  # dateext: kern.log-20240101 -- later dates are newer
+        order = -int(num)
+    else:
+        order = int(num)
+    return base, -order, p.name
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile], list[InputError]]:
+    """Files to read, in order, with their host hints; plus the inputs that cannot be read.
+
+    A directory is walked recursively; a file directly under a given directory is named after
+    its host (``node07.log`` -> node07) unless it has a log's base name (``kern.log``); a file in a
+    sub-directory takes the sub-directory's name (``logs/node07/kern.log`` -> node07). Rotated sets
+    are read oldest first. Hidden files and the Parquet cache are skipped.
+    """
+    files: list[LogFile] = []
+    errors: list[InputError] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found: list[LogFile] = []
+            for dirpath, dirnames, filenames in os.walk(p, onerror=lambda e: errors.append(
+                    InputError(f"{e.filename}: cannot list directory: {e.strerror}"))):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+                rel = Path(dirpath).relative_to(p)
+                for name in filenames:
+                    if name.startswith(".") or name.endswith((".parquet", ".json.tmp")):
+                        continue
+                    host = rel.parts[0] if rel.parts else _host_from_name(name)
+                    found.append(LogFile(Path(dirpath) / name, host))
+            found.sort(key=lambda f: (str(f.path.parent), _rotation_key(f.path)))
+            files.extend(found)
+        elif p.exists() or p.is_symlink():
+            files.append(LogFile(p, None))
+        else:
+            errors.append(InputError(f"{p}: no such file or directory"))
+    return files, errors
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """Open a log for binary reading, decompressing gzip/bzip2/xz by their magic bytes.
+
+    Raises InputError (naming the path) when it cannot be opened.
+    """
+    try:
+        f = open(path, "rb")
+        magic = f.read(6)
+        f.seek(0)
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from e
+    if magic[:2] == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=f)  # type: ignore[return-value]
+    if magic[:3] == b"BZh":
+        return bz2.BZ2File(f)  # type: ignore[return-value]
+    if magic[:6] == b"\xfd7zXZ\x00":
+        return lzma.LZMAFile(f)  # type: ignore[return-value]
+    return f
+
+
+def iter_chunks(stream: IO[bytes], chunk: int = CHUNK) -> Iterator[bytes]:
+    """Chunks of whole records: each ends before the last record head, which is carried over."""
+    carry = b""
+    while True:
+        data = stream.read(chunk)
+        if not data:
+            break
+        buf = carry + data if carry else data
+        cut = split_carry(buf)
+        if cut == 0 and len(buf) > MAX_CARRY:
+            cut = len(buf)
+        if cut:
+            yield buf[:cut]
+        carry = buf[cut:]
+    if carry:
+        yield carry
+
+
+def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext) -> Iterator[FaultEvent]:
+    """Events from a binary stream of log text, scanning for candidate records first.
+
+    Invalid UTF-8 is replaced (never fatal); the parser's stats count records and unparsed lines.
+    Raises OSError/EOFError from the stream (truncated gzip, I/O error) to the caller.
+    """
+    for buf in iter_chunks(stream):
+        for start, end in candidate_records(buf):
+            text = buf[start:end].decode("utf-8", "replace")
+            lines = text.split("\n")
+            rec = join_record(lines, ctx) if len(lines) > 1 else join_record([text], ctx)
+            if rec is not None:
+                yield from parser.feed(rec)
+    yield from parser.flush()
+
+
+def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
+              source: str = "file") -> tuple[list[FaultEvent], KernelLogParser]:
+    """All events of one file. Raises InputError naming the file when it cannot be read."""
+    try:
+        mtime = dt.datetime.fromtimestamp(f.path.stat().st_mtime, dt.timezone.utc)
+    except OSError as e:
+        raise InputError(f"{f.path}: {e.strerror or e}") from e
+    ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
+    parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
+    stream = open_log(f.path)
+    try:
+        with stream:
+            return list(events_from_stream(stream, parser, ctx)), parser
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise InputError(f"{f.path}: cannot read: {e}") from e
+
+
+# ---------------------------------------------------------------------------------------------
+# /dev/kmsg
+
+def read_boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str | None:
+    """The kernel's boot id (a UUID, new at each boot), or None when unreadable."""
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def boot_time_now() -> dt.datetime:
+    """Wall time of boot: now minus CLOCK_BOOTTIME (the clock /dev/kmsg stamps follow)."""
+    return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=time.clock_gettime(time.CLOCK_BOOTTIME))
+
+
+@dataclasses.dataclass
+class KmsgCursor:
+    """Position in the kernel ring buffer: the last record handled, per boot."""
+
+    boot_id: str | None
+    seq: int
+
+
+class KmsgReader:
+    """Reads records from ``/dev/kmsg`` (Documentation/ABI/testing/dev-kmsg).
+
+    Each ``read()`` on the device returns one record. A reader that falls behind the ring
+    buffer gets EPIPE once: the overrun is counted and logged and reading resumes at the
+    oldest record still there. Records at or before ``cursor.seq`` of the same boot are skipped,
+    so a restarted reader neither loses nor repeats a record still in the buffer.
+    """
+
+    def __init__(self, path: str = "/dev/kmsg", boot_id_path: str = "/proc/sys/kernel/random/boot_id",
+                 cursor: KmsgCursor | None = None) -> None:
+        self.path = path
+        self.boot_id = read_boot_id(boot_id_path)
+        self.overruns = 0
+        self.records = 0
+        self.skipped = 0
+        self.last_seq: int | None = None
+        self.skip_until = cursor.seq if cursor is not None and cursor.boot_id == self.boot_id else -1
+        self._fd: int | None = None
+
+    def open(self) -> None:
+        """Open the device (non-blocking). Raises OSError (e.g. EACCES without CAP_SYSLOG)."""
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> KmsgReader:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read_available(self, limit: int = 100_000) -> list[str]:
+        """Records readable now without blocking (at most ``limit``), already-seen ones skipped."""
+        assert self._fd is not None, "open() first"
+        out: list[str] = []
+        while len(out) < limit:
+            try:
+                data = os.read(self._fd, 16384)
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if e.errno == errno.EPIPE:
+                    self.overruns += 1
+                    log.warning("/dev/kmsg overrun: records were lost before they could be read (%d so far)",
+                                self.overruns)
+                    continue
+                if e.errno == errno.EINVAL:  # record larger than the buffer: cannot happen at 16 KiB
+                    continue
+                raise
+            if not data:
+                break
+            text = data.decode("utf-8", "replace")
+            seq = _kmsg_seq(text)
+            if seq is not None:
+                if seq <= self.skip_until:
+                    self.skipped += 1
+                    continue
+                self.last_seq = seq
+            self.records += 1
+            out.append(text)
+        return out
+
+    def wait(self, timeout: float) -> bool:
+        """Block until a record is readable or ``timeout`` seconds pass. True when readable."""
+        assert self._fd is not None, "open() first"
+        r, _, _ = select.select([self._fd], [], [], timeout)
+        return bool(r)
+
+    def cursor(self) -> KmsgCursor | None:
+        if self.last_seq is None:
+            return None
+        return KmsgCursor(self.boot_id, self.last_seq)
+
+
+def _kmsg_seq(text: str) -> int | None:
+    a = text.find(",")
+    b = text.find(",", a + 1)
+    if a == -1 or b == -1:
+        return None
+    try:
+        return int(text[a + 1:b])
+    except ValueError:
+        return None
+
+
+def kmsg_events(records: Iterable[str], parser: KernelLogParser, ctx: TimeContext,
+                boot_id: str | None) -> Iterator[FaultEvent]:
+    """Events from raw kmsg records (as returned by :meth:`KmsgReader.read_available`)."""
+    for text in records:
+        rec = parse_kmsg_record(text, ctx, boot_id)
+        if rec is not None:
+            yield from parser.feed(rec)

@@ -1,0 +1,89 @@
+"""EDAC memory-controller error lines (Linux ``drivers/edac/edac_mc.c`` ``edac_raw_mc_handle_error``).
+
+``EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 page:0x849923
+offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 ha:0 channel_mask:4 rank:0)``
+and the legacy ``EDAC MC0: 4 CE error on CPU#0Channel#2_DIMM#0 (...)`` grammar.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+EDAC_RE = re.compile(
+    r"EDAC (?:[\w-]+ )?MC(?P<mc>\d+): (?P<count>\d+) (?P<type>CE|UE|Fatal|Deferred)\b(?P<what>[^()]*?)"
+    r" on (?P<label>[^\s()]+)(?:\s*\((?P<details>.*)\))?\s*$")
+EDAC_HINT_RE = re.compile(r"EDAC\b.*\bMC\d+: \d+ (?:CE|UE)\b")
+_LABEL_SBRIDGE = re.compile(r"CPU_SrcID#(?P<socket>\d+)_(?P<kind>Ha|MC)#(?P<mc>\d+)_Chan#(?P<ch>\d+)_DIMM#(?P<dimm>\d+)")
+_LABEL_LEGACY = re.compile(r"CPU#(?P<socket>\d+)Channel#(?P<ch>\d+)_DIMM#(?P<dimm>\d+)")
+_LABEL_CSROW = re.compile(r"mc#(?P<mc>\d+)csrow#(?P<csrow>\d+)channel#(?P<ch>\d+)")
+
+
+def parse_label(label: str) -> dict[str, int]:
+    """Socket/HA-or-iMC/channel/DIMM numbers from an EDAC location label (empty when unknown)."""
+    m = _LABEL_SBRIDGE.fullmatch(label)
+    if m:
+        key = "ha" if m.group("kind") == "Ha" else "imc"
+        return {"socket": int(m.group("socket")), key: int(m.group("mc")),
+                "channel": int(m.group("ch")), "dimm": int(m.group("dimm"))}
+    m = _LABEL_LEGACY.fullmatch(label)
+    if m:
+        return {"socket": int(m.group("socket")), "channel": int(m.group("ch")), "dimm": int(m.group("dimm"))}
+    m = _LABEL_CSROW.fullmatch(label)
+    if m:
+        return {"mc": int(m.group("mc")), "csrow": int(m.group("csrow")), "channel": int(m.group("ch"))}
+    return {}
+
+
+def _details(text: str) -> tuple[dict[str, str], list[str]]:
+    """``channel:2 slot:0 ... -  area:DRAM err_code:0001:0092`` -> ({key: value}, [flags])."""
+    fields: dict[str, str] = {}
+    flags: list[str] = []
+    for tok in text.split():
+        if tok == "-":
+            continue
+        k, sep, v = tok.partition(":")
+        if sep:
+            fields[k] = v
+        else:
+            flags.append(tok)
+    return fields, flags
+
+
+def parse_edac(message: str) -> dict[str, Any] | None:
+    """Fields of an EDAC CE/UE line, or None.
+
+    Returns ``mc`` (int), ``count`` (errors this line reports, >= 1), ``type`` (``corrected`` or
+    ``uncorrected``; ``Fatal`` counts as uncorrected, ``Deferred`` as corrected), ``operation``
+    (e.g. ``memory read`` or None), ``label``, the label's ``socket``/``ha``/``imc``/``channel``/``dimm``,
+    ``details`` (the key:value list, strings as printed) and ``flags`` (e.g. ``OVERFLOW``).
+    """
+    m = EDAC_RE.search(message)
+    if not m:
+        return None
+    typ = m.group("type")
+    what = m.group("what").strip()
+    op = what[: -len("error")].strip() if what.endswith("error") else what or None
+    out: dict[str, Any] = {
+        "mc": int(m.group("mc")),
+        "count": int(m.group("count")),
+        "type": "uncorrected" if typ in ("UE", "Fatal") else "corrected",
+        "edac_type": typ,
+        "operation": op or None,
+        "label": m.group("label"),
+    }
+    out.update(parse_label(m.group("label")))
+    if m.group("details"):
+        fields, flags = _details(m.group("details"))
+        out["details"] = fields
+        if flags:
+            out["flags"] = flags
+        for key in ("page", "offset", "syndrome"):
+            if key in fields and fields[key].startswith("0x"):
+                try:
+                    out[key] = int(fields[key], 16)
+                except ValueError:
+                    pass
+        if "grain" in fields and fields["grain"].isdigit():
+            out["grain"] = int(fields["grain"])
+    return out

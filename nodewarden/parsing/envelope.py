@@ -1,0 +1,511 @@
+"""Kernel-log line envelopes: detect the format of one line, split off its timestamp, host and
+priority, and hand back the message.
+
+Pure functions: a line (and a :class:`TimeContext`) in, a :class:`Record` out. Formats read,
+detected per line:
+
+* raw ``/dev/kmsg`` records ``prio,seq,usec,flags[,...];message`` (Documentation/ABI/testing/dev-kmsg)
+* ``dmesg`` ``[ mono]``, ``dmesg -T`` ``[Fri Aug 30 11:43:09 2024]``, ``dmesg --time-format iso``
+  (comma decimals), ``dmesg --decode`` ``kern  :warn  :`` prefixes
+* syslog / kern.log RFC 3164 ``Dec  2 11:38:46 host kernel: [mono] ...`` (hostname optional, localized
+  month names), RFC 3339 ``2025-01-07T21:16:59.312055+00:00 host kernel: ...``, RFC 5424 ``<34>1 ...``
+* ``journalctl`` short, short-precise, short-iso (``+0800``), short-monotonic and ``-o json``
+* ``<N>`` priority prefixes, a bare ``kernel:`` prefix, Talos ``host: kern: info: [ts]: msg``,
+  CRI container logs ``ts stdout F msg``, JSON agent wrappers (``msg``/``message``/``log`` keys)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from nodewarden.events import TIME_MONO, TIME_NONE, TIME_WALL
+
+UTC = dt.timezone.utc
+
+FACILITIES = (
+    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv",
+    "ftp", "ntp", "security", "console", "solaris-cron",
+    "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7",
+)
+LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug")
+
+# Month names seen in syslog files written under non-English locales (glibc abbreviations and
+# full names). Keys are lower-case, without a trailing dot. Looked up whole, then by prefix.
+_MONTHS: dict[str, int] = {}
+for _num, _names in enumerate(
+    (
+        "jan january januar janv janvier ene enero gen gennaio sty styczeń stycznia januari jän jänner янв январь января",
+        "feb february februar fév févr février febrero febbraio fev fevereiro lut luty lutego februari фев февраль февраля",
+        "mar march märz mär mars marzo março mrt maart mrz marca marzec март марта",
+        "apr april avr avril abr abril aprile kwi kwiecień kwietnia апр апрель апреля",
+        "may mai mayo mag maggio maio maj mei май мая",
+        "jun june juni juin junio giu giugno cze czerwiec czerwca июн июнь июня",
+        "jul july juli juil juillet julio lug luglio lip lipiec lipca июл июль июля",
+        "aug august août aout ago agosto sie sierpień sierpnia augusti авг август августа",
+        "sep sept september septembre septiembre set settembre setembro wrz wrzesień września сен сентябрь сентября",
+        "oct october oktober okt octobre octubre ott ottobre out outubro paź październik października окт октябрь октября",
+        "nov november novembre noviembre novembro lis listopad listopada ноя ноябрь ноября",
+        "dec december dezember dez déc décembre dic diciembre dicembre dezembro gru grudzień grudnia дек декабрь декабря",
+    ),
+    start=1,
+):
+    for _n in _names.split():
+        _MONTHS[_n] = _num
+
+
+def month_number(token: str) -> int | None:
+    """Month number 1-12 for an English or localized month name/abbreviation, else None."""
+    t = token.lower().rstrip(".")
+    m = _MONTHS.get(t)
+    if m is None and len(t) > 3:
+        m = _MONTHS.get(t[:4]) or _MONTHS.get(t[:3])
+    return m
+
+
+@dataclasses.dataclass(slots=True)
+class Record:
+    """One kernel-log record after its envelope is removed.
+
+    ``message`` is the text a parser reads; ``raw`` the line(s) as read. ``time`` is an aware
+    UTC datetime or None; ``monotonic`` seconds since boot or None.
+    """
+
+    message: str
+    raw: str
+    fmt: str
+    time: dt.datetime | None = None
+    time_kind: str = TIME_NONE
+    raw_time: str | None = None
+    monotonic: float | None = None
+    host: str | None = None
+    ident: str | None = None
+    facility: str | None = None
+    level: str | None = None
+    seq: int | None = None
+    boot_id: str | None = None
+    kernel: bool = True  # False when the record is known not to come from the kernel
+    extra: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class TimeContext:
+    """What a line cannot say about its own time.
+
+    tz: zone of wall-clock stamps printed without an offset (``dmesg -T``, RFC 3164, journal short).
+    reference: the latest time the input can be from (file mtime, or now); a syslog date
+      without a year gets the year that puts it at or before ``reference`` (+1 day of slack).
+    boot_time: wall time of boot, to turn monotonic stamps into wall time; None when unknown.
+    """
+
+    tz: dt.tzinfo = UTC
+    reference: dt.datetime | None = None
+    boot_time: dt.datetime | None = None
+
+    @classmethod
+    def make(cls, tz: str | dt.tzinfo | None = None, reference: dt.datetime | None = None,
+             boot_time: dt.datetime | None = None) -> TimeContext:
+        if isinstance(tz, str):
+            tz = UTC if tz.upper() == "UTC" else ZoneInfo(tz)
+        return cls(tz=tz or UTC, reference=reference, boot_time=boot_time)
+
+
+# ---------------------------------------------------------------------------------------------
+# Regular expressions, one per envelope. Compiled once.
+_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;(.*)", re.S)
+_PRIO = re.compile(r"<(\d{1,3})>")
+_RFC5424 = re.compile(
+    r"1 (\S+) (\S+) (\S+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+) ?(.*)", re.S)
+_DECODE = re.compile(r"(" + "|".join(FACILITIES) + r")\s*:\s*(" + "|".join(LEVELS) + r")\s*: ?")
+_MONO = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
+_CTIME = re.compile(
+    r"\[(?:[^\W\d_]+\.?\s+)?([^\W\d_]+\.?)\s+(\d{1,2})\s+(\d{1,2}):(\d\d):(\d\d)\s+(\d{4})\]\s?")
+_ISO = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?\s+")
+_GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
+_RFC3164 = re.compile(
+    r"([^\W\d_]{3,12}\.?)\s+(\d{1,2})\s+(\d{1,2}):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:\s+(\d{4}))?\s+")
+# host (optional) and ident[pid]: after a syslog timestamp. Hostnames have no ':' or '['.
+_SYSLOG_TAIL = re.compile(
+    r"(?:(?P<host>[^\s:\[\]]+)\s+)?(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>\d+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
+_SYSLOG_TAIL_HOST = re.compile(
+    r"(?P<host>[^\s:\[\]]+)\s+(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>\d+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
+_TALOS = re.compile(
+    r"(?P<host>[^\s:]+): (?P<fac>" + "|".join(FACILITIES) + r"):\s*(?P<lvl>" + "|".join(LEVELS)
+    + r"):\s*\[(?P<ts>[^\]]+)\]: ?(?P<msg>.*)", re.S)
+_CRI = re.compile(r"(stdout|stderr) [FP] ")
+_KERNEL_PREFIX = re.compile(r"kernel: ?")
+_SHORT_MONO_TAIL = re.compile(r"(?P<host>[^\s:\[\]]+) kernel: (?P<msg>.*)", re.S)
+# Syslog idents that are not "kernel" but still may appear with a host before them after an ISO
+# stamp. Anything else after an ISO stamp without "[pid]" is read as dmesg --time-format iso.
+_KNOWN_IDENTS = frozenset({
+    "kernel", "mcelog", "rasdaemon", "nvidia-persistenced", "nv-fabricmanager", "nvidia-fabricmanager",
+    "nv-hostengine", "kubelet", "containerd", "dockerd", "systemd", "slurmd", "nodewarden",
+})
+
+
+def _frac(text: str | None) -> int:
+    """Fraction digits to microseconds (nanosecond stamps are truncated)."""
+    if not text:
+        return 0
+    return int((text + "000000")[:6])
+
+
+def _offset(text: str | None, default: dt.tzinfo) -> dt.tzinfo:
+    if not text:
+        return default
+    if text == "Z":
+        return UTC
+    sign = 1 if text[0] == "+" else -1
+    digits = text[1:].replace(":", "")
+    minutes = int(digits[:2]) * 60 + int(digits[2:4])
+    return dt.timezone(sign * dt.timedelta(minutes=minutes))
+
+
+def _wall(y: int, mo: int, d: int, h: int, mi: int, s: int, us: int, tz: dt.tzinfo) -> dt.datetime | None:
+    try:
+        return dt.datetime(y, mo, d, h, mi, s, us, tzinfo=tz).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def infer_year(month: int, day: int, h: int, mi: int, s: int, us: int, ctx: TimeContext) -> dt.datetime | None:
+    """Year for a date printed without one: the latest that is not after ``ctx.reference``
+    (plus one day of slack for clock skew); the current year when there is no reference."""
+    ref = ctx.reference or dt.datetime.now(UTC)
+    ref_local = ref.astimezone(ctx.tz)
+    for year in (ref_local.year, ref_local.year - 1, ref_local.year - 2, ref_local.year - 3, ref_local.year - 4):
+        t = _wall(year, month, day, h, mi, s, us, ctx.tz)
+        if t is not None and t <= ref + dt.timedelta(days=1):
+            return t
+    return None
+
+
+def _mono_to_wall(mono: float, ctx: TimeContext) -> dt.datetime | None:
+    if ctx.boot_time is None:
+        return None
+    return ctx.boot_time + dt.timedelta(seconds=mono)
+
+
+def unescape_kmsg(text: str) -> str:
+    r"""Undo /dev/kmsg's C-style ``\xNN`` escaping of non-printable bytes (``\x0a`` newlines)."""
+    if "\\x" not in text:
+        return text
+    raw = re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), text)
+    # The escaped bytes are UTF-8 sequences; recombine them where they form valid text.
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return raw
+
+
+def parse_kmsg_record(text: str, ctx: TimeContext, boot_id: str | None = None) -> Record | None:
+    """One record as read from ``/dev/kmsg`` (``prio,seq,usec,flags;msg`` + `` KEY=value`` lines)."""
+    m = _KMSG.match(text)
+    if not m:
+        return None
+    prio, seq, usec, flags, rest = m.groups()
+    msg, _, props = rest.partition("\n ")
+    extra: dict[str, Any] = {"flags": flags}
+    if props:
+        for prop in ("\n " + props).split("\n "):
+            k, sep, v = prop.strip("\n").partition("=")
+            if sep:
+                extra[k] = v
+    prio_i = int(prio)
+    mono = int(usec) / 1e6
+    t = _mono_to_wall(mono, ctx)
+    return Record(
+        message=unescape_kmsg(msg.rstrip("\n")), raw=text.rstrip("\n"), fmt="kmsg",
+        time=t, time_kind=TIME_MONO, raw_time=usec, monotonic=mono,
+        facility=_facility_name(prio_i >> 3), level=LEVELS[prio_i & 7], seq=int(seq),
+        boot_id=boot_id, kernel=(prio_i >> 3) == 0, extra=extra,
+    )
+
+
+def _facility_name(num: int) -> str:
+    names = ("kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron",
+             "authpriv", "ftp", "ntp", "security", "console", "solaris-cron")
+    if num < len(names):
+        return names[num]
+    return f"local{num - 16}" if 16 <= num <= 23 else str(num)
+
+
+def parse_line(line: str, ctx: TimeContext | None = None) -> Record | None:
+    """Detect the format of one log line and split it into a :class:`Record`.
+
+    Returns None for blank lines. Never raises on any input text.
+    """
+    ctx = ctx or _DEFAULT_CTX
+    raw = line.rstrip("\r\n")
+    if not raw.strip():
+        return None
+    if raw[0] in " \t":
+        # A continuation line (dmesg indents the 2nd.. lines of a multi-line record). Readers glue
+        # it to the record before; alone, it is a bare message.
+        return Record(message=raw.strip(), raw=raw, fmt="continuation")
+    if raw[0] == "{":
+        rec = _parse_json(raw, ctx)
+        if rec is not None:
+            return rec
+    if raw[0].isdigit():
+        m = _KMSG.match(raw)
+        if m:
+            return parse_kmsg_record(raw, ctx)
+    rec = Record(message=raw, raw=raw, fmt="bare")
+    _parse_into(raw, rec, ctx)
+    return rec
+
+
+_DEFAULT_CTX = TimeContext()
+
+
+def _parse_into(text: str, rec: Record, ctx: TimeContext) -> None:
+    """Peel envelopes off ``text`` into ``rec`` (in place). Order matters: outer layers first."""
+    pos = 0
+    fmt_parts: list[str] = []
+    # <N> priority prefix (pstore dumps, injected lines) or an RFC 5424 header.
+    m = _PRIO.match(text, pos)
+    if m:
+        prio = int(m.group(1))
+        rec.facility, rec.level = _facility_name(prio >> 3), LEVELS[prio & 7]
+        rec.kernel = (prio >> 3) == 0
+        pos = m.end()
+        m5 = _RFC5424.match(text, pos)
+        if m5:
+            ts, host, app, procid, _msgid, _sd, msg = m5.groups()
+            rec.fmt = "rfc5424"
+            rec.host = None if host == "-" else host
+            rec.ident = None if app == "-" else app
+            _set_iso(rec, ts, ctx)
+            rec.kernel = rec.ident in (None, "kernel")
+            _finish_message(msg, rec, ctx)
+            return
+        fmt_parts.append("prio")
+    # dmesg --decode facility/level columns.
+    m = _DECODE.match(text, pos)
+    if m:
+        rec.facility, rec.level = m.group(1), m.group(2)
+        rec.kernel = rec.facility == "kern"
+        pos = m.end()
+        fmt_parts.append("decode")
+    # A bare "kernel:" prefix (journal/syslog excerpts without time and host).
+    m = _KERNEL_PREFIX.match(text, pos)
+    if m:
+        rec.ident = "kernel"
+        pos = m.end()
+    ch = text[pos:pos + 1]
+    if ch == "[":
+        m = _MONO.match(text, pos)
+        if m:
+            rec.fmt = "+".join(fmt_parts + ["dmesg"])
+            _set_mono(rec, m.group(1), ctx)
+            rest = text[m.end():]
+            mt = _SHORT_MONO_TAIL.match(rest)  # journalctl -o short-monotonic
+            if mt:
+                rec.fmt = "journal_short_monotonic"
+                rec.host = mt.group("host")
+                rec.ident = "kernel"
+                rest = mt.group("msg")
+            rec.message = rest
+            return
+        m = _CTIME.match(text, pos)
+        if m:
+            mon = month_number(m.group(1))
+            if mon:
+                rec.fmt = "+".join(fmt_parts + ["dmesg_ctime"])
+                rec.raw_time = text[pos + 1:m.end()].rstrip().rstrip("]")
+                rec.time = _wall(int(m.group(6)), mon, int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                                 int(m.group(5)), 0, ctx.tz)
+                rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+                rec.message = text[m.end():]
+                return
+    elif ch.isdigit():
+        m = _ISO.match(text, pos)
+        if m:
+            rec.raw_time = m.group(0).strip()
+            _set_iso_match(rec, m, ctx)
+            rest = text[m.end():]
+            mc = _CRI.match(rest)
+            if mc:
+                rec.fmt = "cri"
+                rec.message = rest[mc.end():]
+                _parse_into_inner(rec, ctx)
+                return
+            mt = _SYSLOG_TAIL_HOST.match(rest)
+            if mt and (mt.group("pid") or mt.group("ident") in _KNOWN_IDENTS):
+                rec.fmt = "rfc3339" if "T" in rec.raw_time else "syslog_iso"
+                rec.host, rec.ident = mt.group("host"), mt.group("ident")
+                rec.kernel = rec.ident == "kernel"
+                _finish_message(mt.group("msg"), rec, ctx)
+                return
+            rec.fmt = "+".join(fmt_parts + ["dmesg_iso"])
+            rec.message = rest
+            return
+        m = _GOLOG.match(text, pos)
+        if m:
+            y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
+            rec.fmt = "golog"
+            rec.raw_time = m.group(0).strip()
+            rec.time = _wall(y, mo, d, h, mi, s, _frac(m.group(7)), ctx.tz)
+            rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+            rec.kernel = False
+            rec.message = text[m.end():]
+            return
+    else:
+        m = _RFC3164.match(text, pos)
+        if m:
+            mon = month_number(m.group(1))
+            if mon:
+                d, h, mi, s = int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
+                us = _frac(m.group(6))
+                rec.raw_time = m.group(0).strip()
+                if m.group(7):
+                    rec.time = _wall(int(m.group(7)), mon, d, h, mi, s, us, ctx.tz)
+                else:
+                    rec.time = infer_year(mon, d, h, mi, s, us, ctx)
+                rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+                rest = text[m.end():]
+                mt = _SYSLOG_TAIL.match(rest)
+                rec.fmt = "syslog"
+                if mt:
+                    rec.host, rec.ident = mt.group("host"), mt.group("ident")
+                    rec.kernel = rec.ident == "kernel"
+                    _finish_message(mt.group("msg"), rec, ctx)
+                else:
+                    rec.message = rest
+                return
+        m = _TALOS.match(text, pos)
+        if m:
+            rec.fmt = "talos"
+            rec.host = m.group("host")
+            rec.facility, rec.level = m.group("fac"), m.group("lvl")
+            rec.kernel = rec.facility == "kern"
+            _set_iso(rec, m.group("ts"), ctx)
+            rec.message = m.group("msg")
+            return
+    if fmt_parts:
+        rec.fmt = "+".join(fmt_parts)
+    rec.message = text[pos:]
+    # A message that still starts with a timestamp (e.g. "<6>[  201.650687] ...", handled above;
+    # "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...", handled by ISO) is done here.
+
+
+def _parse_into_inner(rec: Record, ctx: TimeContext) -> None:
+    """Re-read a message that carries its own envelope (a kernel line inside a container log)."""
+    inner = Record(message=rec.message, raw=rec.raw, fmt="bare")
+    _parse_into(rec.message, inner, ctx)
+    if inner.fmt != "bare":
+        rec.message = inner.message
+        rec.monotonic = inner.monotonic if inner.monotonic is not None else rec.monotonic
+        rec.host = inner.host or rec.host
+
+
+def _finish_message(msg: str, rec: Record, ctx: TimeContext) -> None:
+    """Syslog messages from the kernel may start with the dmesg ``[mono]`` stamp: keep it too."""
+    m = _MONO.match(msg)
+    if m:
+        rec.monotonic = float(m.group(1))
+        msg = msg[m.end():]
+    rec.message = msg
+
+
+def _set_mono(rec: Record, text: str, ctx: TimeContext) -> None:
+    rec.monotonic = float(text)
+    rec.raw_time = text
+    rec.time_kind = TIME_MONO
+    rec.time = _mono_to_wall(rec.monotonic, ctx)
+
+
+_ISO_FULL = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s*(Z|[+-]\d\d:?\d\d)?$")
+
+
+def _set_iso(rec: Record, ts: str, ctx: TimeContext) -> None:
+    rec.raw_time = ts
+    m = _ISO_FULL.match(ts.strip())
+    if m:
+        _set_iso_match(rec, m, ctx)
+
+
+def _set_iso_match(rec: Record, m: re.Match[str], ctx: TimeContext) -> None:
+    y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
+    rec.time = _wall(y, mo, d, h, mi, s, _frac(m.group(7)), _offset(m.group(8), ctx.tz))
+    rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+
+
+def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
+    """journalctl ``-o json`` records and JSON-wrapped agent/container logs."""
+    try:
+        obj = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if "MESSAGE" in obj:  # journald export
+        msg = obj.get("MESSAGE")
+        if isinstance(msg, list):  # non-UTF-8 messages are arrays of bytes
+            msg = bytes(x & 0xFF for x in msg if isinstance(x, int)).decode("utf-8", "replace")
+        if not isinstance(msg, str):
+            return None
+        rec = Record(message=msg, raw=raw, fmt="journal_json", host=obj.get("_HOSTNAME"),
+                     ident=obj.get("SYSLOG_IDENTIFIER"), boot_id=obj.get("_BOOT_ID"))
+        transport = obj.get("_TRANSPORT")
+        rec.kernel = transport in (None, "kernel")
+        rt = obj.get("__REALTIME_TIMESTAMP")
+        if rt is not None and str(rt).isdigit():
+            rec.time = dt.datetime.fromtimestamp(int(rt) / 1e6, UTC)
+            rec.time_kind = TIME_WALL
+            rec.raw_time = str(rt)
+        mono = obj.get("__MONOTONIC_TIMESTAMP")
+        if mono is not None and str(mono).isdigit():
+            rec.monotonic = int(mono) / 1e6
+        fac, pri = obj.get("SYSLOG_FACILITY"), obj.get("PRIORITY")
+        if fac is not None and str(fac).isdigit():
+            rec.facility = _facility_name(int(fac))
+        if pri is not None and str(pri).isdigit() and int(pri) < 8:
+            rec.level = LEVELS[int(pri)]
+        seq = obj.get("__SEQNUM")
+        if seq is not None and str(seq).isdigit():
+            rec.seq = int(seq)
+        return rec
+    # Generic wrappers: the message under a well-known key, possibly nested.
+    msg = _find_message(obj)
+    if msg is None:
+        return None
+    rec = Record(message=msg, raw=raw, fmt="json")
+    for key in ("ts", "time", "timestamp", "@timestamp"):
+        ts = obj.get(key)
+        if isinstance(ts, str):
+            _set_iso(rec, ts, ctx)
+            break
+        if isinstance(ts, (int, float)) and ts > 1e9:
+            rec.time = dt.datetime.fromtimestamp(ts if ts < 1e11 else ts / 1e3, UTC)
+            rec.time_kind, rec.raw_time = TIME_WALL, str(ts)
+            break
+    host = obj.get("host") or obj.get("hostname") or obj.get("node")
+    rec.host = host if isinstance(host, str) else None
+    _parse_into_inner(rec, ctx)
+    return rec
+
+
+def _find_message(obj: dict[str, Any], depth: int = 0) -> str | None:
+    for key in ("message", "msg", "log", "MESSAGE"):
+        v = obj.get(key)
+        if isinstance(v, str) and ("NVRM" in v or "Xid" in v or "EDAC" in v or "mce" in v or "mlx" in v):
+            return v.rstrip("\n")
+    if depth < 3:
+        for v in obj.values():
+            if isinstance(v, dict):
+                found = _find_message(v, depth + 1)
+                if found is not None:
+                    return found
+    for key in ("message", "msg", "log"):
+        v = obj.get(key)
+        if isinstance(v, str):
+            return v.rstrip("\n")
+    return None

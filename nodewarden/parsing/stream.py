@@ -1,0 +1,360 @@
+"""Turn a stream of kernel-log records into FaultEvents.
+
+The per-line parsers are pure; this small assembler keeps the little state that real logs
+need across lines of one stream (one file, one /dev/kmsg, one host):
+
+* an MCE record is several lines (``CPU N: Machine Check ...``, ``TSC ...``, ``PROCESSOR ...``):
+  one event per record;
+* the text-only "fallen off the bus" Xid 79 may come split over separate syslog lines, and may
+  be printed together with an ``Xid ...: 79`` line for the same GPU: counted once;
+* ``NVRM: GPU at PCI:... GPU-<uuid>`` lines map PCI bus ids to GPU UUIDs.
+
+No I/O: records in (:meth:`KernelLogParser.feed`), events out. Call :meth:`flush` at the end.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Iterable, Iterator
+
+from nodewarden import events as ev
+from nodewarden.events import FaultEvent
+from nodewarden.parsing import edac, ib, mce, xid
+from nodewarden.parsing.envelope import Record, TimeContext, parse_line
+
+# Cheap substring tests before any regex: a record that has none of these is not a fault line.
+TRIGGERS = ("NVRM", "Xid", "EDAC", "mce: ", "Port: ", "mlx", "fallen off the bus")
+
+# Two reports of one Xid 79 (the text-only form and the Xid line) closer than this are one event.
+XID79_WINDOW_S = 60.0
+XID79_WINDOW_RECORDS = 50
+# MCE follow-up lines belong to the record head printed at most this long before them.
+MCE_WINDOW_S = 2.0
+# Per-channel Xid 94/95 lines follow their summary line within this window (170 ms seen).
+CONTAINED_WINDOW_S = 2.0
+# Payload text that belongs to another Xid than the one printed (HyperPod's 71 with the Xid 74
+# NVLink text; fault injectors printing an MMU fault under 74): flagged, the printed code kept.
+_TEXT_CODES = (("NVLink: fatal error detected", 74), ("MMU Fault: ENGINE", 31), ("fallen off the bus", 79))
+
+
+def _category(code: int) -> str | None:
+    try:
+        from nodewarden import catalog
+    except ImportError:  # pragma: no cover - the catalog ships with the package
+        return None
+    return catalog.group_of(code)
+
+
+@dataclasses.dataclass
+class ParseStats:
+    """Counts for one stream: records read, events emitted, fault-looking lines not parsed."""
+
+    records: int = 0
+    events: int = 0
+    unparsed: int = 0
+    skipped_non_kernel: int = 0
+    duplicates_suppressed: int = 0
+
+
+class KernelLogParser:
+    """Stateful assembler over one stream of records.
+
+    host: the node the stream comes from when the lines do not say (path, agent hostname).
+    source: the ``source`` field of emitted events (``kmsg``, ``file``, ``journal``, ``stdin``).
+    """
+
+    def __init__(self, host: str | None = None, source: str = "file", origin: str | None = None) -> None:
+        self.host = host
+        self.source = source
+        self.origin = origin
+        self.stats = ParseStats()
+        self.pci_uuid: dict[tuple[str | None, str], str] = {}
+        self._index = 0
+        self._pending_mce: FaultEvent | None = None
+        self._pending_fallen: dict[str | None, tuple[Record, dict[str, Any], int]] = {}
+        self._contained: dict[tuple[str | None, str | None, int], tuple[FaultEvent, float | None, int]] = {}
+        self._recent79: dict[tuple[str | None, str], list[tuple[str, float | None, int]]] = collections.defaultdict(list)
+
+    # -- public API ------------------------------------------------------------------------
+    def feed(self, rec: Record) -> list[FaultEvent]:
+        """Events completed by this record (often none). Never raises on record content."""
+        self._index += 1
+        self.stats.records += 1
+        msg = rec.message
+        out: list[FaultEvent] = []
+        if not any(t in msg for t in TRIGGERS):
+            return out
+        if rec.ident not in (None, "kernel") or (rec.fmt in ("journal_json", "golog") and not rec.kernel):
+            # A daemon quoting a kernel line (mcelog, NPD, a device plugin) is not the kernel.
+            dp = xid.parse_device_plugin(msg) if rec.fmt == "golog" else None
+            if dp is not None:
+                e = self._event(rec, ev.XID, code=dp["xid"], device=dp["gpu_uuid"],
+                                attrs={"gpu_uuid": dp["gpu_uuid"], "via": "k8s-device-plugin"})
+                out.append(e)
+            else:
+                self.stats.skipped_non_kernel += 1
+            self.stats.events += len(out)
+            return out
+        try:
+            self._dispatch(rec, msg, out)
+        except Exception as exc:  # a parser bug must never lose the line: keep it raw
+            out.append(self._unparsed(rec, "error", f"{type(exc).__name__}: {exc}"))
+        self.stats.events += len(out)
+        return out
+
+    def flush(self) -> list[FaultEvent]:
+        """Events still held (an MCE record without its last line, a split Xid 79)."""
+        out: list[FaultEvent] = []
+        if self._pending_mce is not None:
+            out.append(self._pending_mce)
+            self._pending_mce = None
+        for host, (rec, fields, _idx) in list(self._pending_fallen.items()):
+            # "The NVIDIA GPU ... " never followed by "fallen off the bus": not an Xid 79.
+            out.append(self._unparsed(rec, "xid79", "text-only Xid 79 start without its end"))
+            del self._pending_fallen[host]
+        self.stats.events += len(out)
+        return out
+
+    def feed_lines(self, lines: Iterable[str], ctx: TimeContext | None = None) -> Iterator[FaultEvent]:
+        """Convenience: parse raw lines (gluing indented continuation lines) and yield events."""
+        for rec in records_from_lines(lines, ctx):
+            yield from self.feed(rec)
+        yield from self.flush()
+
+    # -- dispatch --------------------------------------------------------------------------
+    def _dispatch(self, rec: Record, msg: str, out: list[FaultEvent]) -> None:
+        host = rec.host or self.host
+        if "NVRM" in msg or "Xid" in msg or "fallen off the bus" in msg:
+            if self._nvrm(rec, msg, host, out):
+                return
+        if "mce: " in msg:
+            head = mce.parse_mce_head(msg)
+            if head is not None:
+                if self._pending_mce is not None:
+                    out.append(self._pending_mce)
+                cpu, bank = head["cpu"], head["bank"]
+                self._pending_mce = self._event(rec, ev.MCE, device=f"cpu{cpu}/bank{bank}", attrs=head,
+                                                category=head["type"])
+                return
+            detail = mce.parse_mce_detail(msg)
+            if detail is not None:
+                pend = self._pending_mce
+                if pend is not None and pend.host == host and _close(pend, rec, MCE_WINDOW_S):
+                    pend.attrs.update(detail)
+                    pend.raw += "\n" + rec.raw
+                    if "cpuid" in detail:  # PROCESSOR ... is the record's last line
+                        out.append(pend)
+                        self._pending_mce = None
+                return
+            if mce.MCE_HINT_RE.search(msg):
+                out.append(self._unparsed(rec, "mce", "Machine Check line not understood"))
+            return
+        if "EDAC" in msg:
+            fields = edac.parse_edac(msg)
+            if fields is not None:
+                device = f"mc{fields['mc']}/{fields['label']}"
+                out.append(self._event(rec, ev.CPU_ECC, device=device, attrs=fields, category=fields["type"]))
+            elif edac.EDAC_HINT_RE.search(msg):
+                out.append(self._unparsed(rec, "edac", "EDAC error line not understood"))
+            return
+        if "Port: " in msg:
+            fields = ib.parse_ib_port(msg)
+            if fields is not None:
+                state = fields["state"]
+                kind = ev.IB_LINK_DOWN if state == "DOWN" else ev.IB_LINK_UP if state == "ACTIVE" else ev.IB_PORT_STATE
+                out.append(self._event(rec, kind, device=f"{fields['rdma_device']}/{fields['port']}", attrs=fields))
+                return
+            if ib.IB_HINT_RE.search(msg) and "mlx" in msg:
+                out.append(self._unparsed(rec, "ib", "IB port state line not understood"))
+                return
+        if "mlx" in msg:
+            fields = ib.parse_net_link(msg)
+            if fields is not None:
+                kind = ev.NET_LINK_UP if fields["state"] == "up" else ev.NET_LINK_DOWN
+                out.append(self._event(rec, kind, device=fields["netdev"], attrs=fields))
+                return
+            fields = ib.parse_module_event(msg)
+            if fields is not None:
+                out.append(self._event(rec, ev.NIC_MODULE, device=fields["pci_bus_id"], attrs=fields))
+
+    def _nvrm(self, rec: Record, msg: str, host: str | None, out: list[FaultEvent]) -> bool:
+        """NVIDIA lines. True when the record was consumed."""
+        fields = xid.parse_xid(msg)
+        if fields is not None:
+            code = fields.pop("xid")
+            pci = fields.get("pci_bus_id")
+            if pci and (host, pci) in self.pci_uuid:
+                fields["gpu_uuid"] = self.pci_uuid[(host, pci)]
+            if code == 79 and pci and self._dup79(host, pci, "xid", rec):
+                return True
+            if code in (94, 95) and self._merge_contained(host, pci, code, fields, rec):
+                return True
+            mismatch = _text_mismatch(code, fields.get("payload", ""))
+            if mismatch is not None:
+                fields["code_text_mismatch"] = mismatch
+            e = self._event(rec, ev.XID, code=code, device=pci or fields.get("gpu_uuid"), attrs=fields,
+                            category=_category(code))
+            if code in (94, 95) and "containment" in fields:
+                self._contained[(host, pci, code)] = (e, _seconds(rec), self._index)
+            out.append(e)
+            return True
+        at = xid.parse_gpu_at(msg)
+        if at is not None:
+            pci, uuid = at
+            if uuid:
+                self.pci_uuid[(host, pci)] = uuid
+            return True
+        fallen = xid.parse_fallen_off_bus(msg)
+        if fallen is None and "fallen off the bus" in msg and host in self._pending_fallen:
+            prev, fallen, _ = self._pending_fallen.pop(host)
+            rec = dataclasses.replace(prev, raw=prev.raw + "\n" + rec.raw)
+        if fallen is not None:
+            pci = fallen["pci_bus_id"]
+            self._pending_fallen.pop(host, None)
+            if pci and self._dup79(host, pci, "text", rec):
+                return True
+            attrs = dict(fallen, via="fallen_off_the_bus")
+            if pci and (host, pci) in self.pci_uuid:
+                attrs["gpu_uuid"] = self.pci_uuid[(host, pci)]
+            out.append(self._event(rec, ev.XID, code=79, device=pci, attrs=attrs, category=_category(79)))
+            return True
+        start = xid.FALLEN_START_RE.search(msg)
+        if start is not None:
+            from nodewarden.parsing.pci import normalize_pci
+            self._pending_fallen[host] = (rec, {"pci_bus_id": normalize_pci(start.group("pci")),
+                                                "pci_ids": start.group("ids")}, self._index)
+            return True
+        if xid.XID_HINT_RE.search(msg):
+            out.append(self._unparsed(rec, "xid", "Xid line not understood"))
+            return True
+        return False
+
+    def _merge_contained(self, host: str | None, pci: str | None, code: int, fields: dict[str, Any],
+                         rec: Record) -> bool:
+        """Xid 94/95 prints one summary line (``Contained: SM ... RST: No``) and then one line per
+        affected channel; the channel lines are the same error: fold them into the summary."""
+        if "containment" in fields:
+            return False
+        prev = self._contained.get((host, pci, code))
+        if prev is None:
+            return False
+        e, t0, idx = prev
+        t = _seconds(rec)
+        near = abs(t - t0) <= CONTAINED_WINDOW_S if t is not None and t0 is not None else self._index - idx <= 64
+        if not near:
+            return False
+        if "channel" in fields:
+            e.attrs.setdefault("channels", []).append(fields["channel"])
+        if fields.get("pid") is not None:
+            e.attrs.setdefault("pids", [])
+            if fields["pid"] not in e.attrs["pids"]:
+                e.attrs["pids"].append(fields["pid"])
+        e.raw += "\n" + rec.raw
+        self.stats.duplicates_suppressed += 1
+        return True
+
+    def _dup79(self, host: str | None, pci: str, form: str, rec: Record) -> bool:
+        """True when the other form of the same GPU's Xid 79 was seen just before (count once)."""
+        t = _seconds(rec)
+        seen = self._recent79[(host, pci)]
+        for other_form, other_t, other_idx in seen:
+            if other_form == form:
+                continue
+            if t is not None and other_t is not None:
+                if abs(t - other_t) <= XID79_WINDOW_S:
+                    self.stats.duplicates_suppressed += 1
+                    return True
+            elif self._index - other_idx <= XID79_WINDOW_RECORDS:
+                self.stats.duplicates_suppressed += 1
+                return True
+        seen.append((form, t, self._index))
+        del seen[:-4]
+        return False
+
+    # -- event construction ----------------------------------------------------------------
+    def _event(self, rec: Record, kind: str, code: int | None = None, device: str | None = None,
+               attrs: dict[str, Any] | None = None, category: str | None = None) -> FaultEvent:
+        attrs = dict(attrs or {})
+        if rec.facility and rec.facility != "kern":
+            # Userspace writes to /dev/kmsg are forced to a non-kernel facility: test traffic or
+            # fault injection, kept and counted, but marked.
+            attrs["facility"] = rec.facility
+            attrs["injected"] = True
+        if rec.seq is not None:
+            attrs["seq"] = rec.seq
+        if rec.boot_id:
+            attrs["boot_id"] = rec.boot_id
+        if self.origin:
+            attrs["origin"] = self.origin
+        return FaultEvent(
+            kind=kind, message=rec.message, raw=rec.raw, time=rec.time, time_kind=rec.time_kind,
+            raw_time=rec.raw_time, monotonic=rec.monotonic, host=rec.host or self.host, source=self.source,
+            device=device, code=code, category=category, attrs=attrs,
+        )
+
+    def _unparsed(self, rec: Record, family: str, reason: str) -> FaultEvent:
+        self.stats.unparsed += 1
+        return self._event(rec, ev.UNPARSED, attrs={"family": family, "reason": reason})
+
+
+def _text_mismatch(code: int, payload: str) -> int | None:
+    for text, expected in _TEXT_CODES:
+        if text in payload and code != expected:
+            return expected
+    return None
+
+
+def _seconds(rec: Record) -> float | None:
+    if rec.time is not None:
+        return rec.time.timestamp()
+    return rec.monotonic
+
+
+def _close(e: FaultEvent, rec: Record, window: float) -> bool:
+    if e.time is not None and rec.time is not None:
+        return abs((rec.time - e.time).total_seconds()) <= window
+    if e.monotonic is not None and rec.monotonic is not None:
+        return abs(rec.monotonic - e.monotonic) <= window
+    return True
+
+
+def records_from_lines(lines: Iterable[str], ctx: TimeContext | None = None) -> Iterator[Record]:
+    """Records from physical lines: an indented line continues the record before it (dmesg prints
+    the 2nd.. lines of one printk indented, without a timestamp); blank lines are skipped."""
+    pending: list[str] = []
+    for line in lines:
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        if line[0] in " \t" and pending:
+            pending.append(line)
+            continue
+        if pending:
+            rec = join_record(pending, ctx)
+            if rec is not None:
+                yield rec
+        pending = [line]
+    if pending:
+        rec = join_record(pending, ctx)
+        if rec is not None:
+            yield rec
+
+
+def join_record(lines: list[str], ctx: TimeContext | None = None) -> Record | None:
+    """Parse the first line's envelope; continuation lines join the message with newlines."""
+    rec = parse_line(lines[0], ctx)
+    if rec is None or len(lines) == 1:
+        return rec
+    if rec.fmt == "kmsg":  # kmsg dictionary lines (" SUBSYSTEM=pci") are properties, not text
+        extra = rec.extra if rec.extra is not None else {}
+        for line in lines[1:]:
+            k, sep, v = line.strip().partition("=")
+            if sep:
+                extra[k] = v
+        rec.extra = extra
+        rec.raw = "\n".join(lines)
+        return rec
+    rec.message = rec.message + "\n" + "\n".join(x.strip() for x in lines[1:])
+    rec.raw = "\n".join(lines)
+    return rec

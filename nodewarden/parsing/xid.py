@@ -1,0 +1,230 @@
+"""NVIDIA driver (NVRM) lines: Xid errors of every driver generation, the text-only
+"fallen off the bus" form, and the "GPU at PCI ... GPU-<uuid>" / board-serial lines.
+
+Pure functions over the message text (the envelope already removed). Shapes follow the
+driver's format strings (NVIDIA/open-gpu-kernel-modules) and the real lines in the reference
+corpus: no ``PCI:`` prefix (r304), no pid (<= r418), ``pid=`` without ``name=`` (r440-r470),
+``pid='<unknown>'``, MIG ``GPU-I:NN``, any PCI domain, multi-space payloads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from nodewarden.parsing.pci import normalize_pci
+
+# "NVRM: Xid (PCI:0000:43:00): 13, ..." -- unanchored: the line may be glued to other text
+# ("diff:371;NVRM: Xid ..."), and hand transcriptions drop the colon ("NVRM Xid (...) : 32").
+XID_RE = re.compile(
+    r"NVRM:?\s*Xid\s*\((?P<inner>[^)]*)\)\s*:\s*(?P<xid>-?\d+)\b,?\s*(?P<rest>.*)", re.S)
+# Something that mentions an Xid but did not match XID_RE: counted as unparsed.
+XID_HINT_RE = re.compile(r"NVRM:?\s*Xid\b")
+_INNER = re.compile(
+    r"(?:PCI:)?\s*(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?\s*(?:GPU-I:\s*(?P<gi>\d+))?")
+_PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)")
+_NAME = re.compile(r"name=(?P<name>.*?)(?:,\s+|,$|$)", re.S)
+
+_CHANNEL_PATTERNS = (
+    re.compile(r"\bCh\s+(?P<v>[0-9a-fA-F]{8})\b"),
+    re.compile(r"\bchannel\s+0x(?P<v>[0-9a-fA-F]+)\b", re.I),
+    re.compile(r"\bChannel ID\s+(?P<v>[0-9a-fA-F]{8})\b"),
+    re.compile(r"\bChannel\s+(?P<v>[0-9a-fA-F]{8})\b"),
+    re.compile(r"\bChID\s+(?P<v>[0-9a-fA-F]{4})\b"),
+)
+_HEX_FIELDS = {
+    "intr": re.compile(r"\bintr\s+(?P<v>[0-9a-fA-F]{8})\b"),
+    "engmask": re.compile(r"\bengmask\s+(?P<v>[0-9a-fA-F]{8})\b"),
+    "info": re.compile(r"\bInfo\s+(?P<v>0x[0-9a-fA-F]+)\b"),
+    "phys_addr": re.compile(r"\bphysAddr:?\s+(?P<v>0x[0-9a-fA-F]+)\b"),
+}
+_ERROR_STRING = re.compile(r"\berrorString\s+(?P<v>.*?)(?:,\s*Info\b|$)")
+_GPC = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\)")
+_PARTITION = re.compile(r"\bpartition (?P<p>\d+), subpartition (?P<sp>\d+)")
+_ROW_REMAP = re.compile(r"Row Remapper: New row \((?P<v>0x[0-9a-fA-F]+)\)")
+_PAGE = re.compile(r"(?:Blacklisting|Retirement)[^()]*\((?P<v>0x[0-9a-fA-F]+)\)")
+_MMU = re.compile(
+    r"MMU Fault: ENGINE (?P<engine>\S+) (?P<client>\S+) faulted @ (?P<va>0x[0-9a-fA-F_]+)\. "
+    r"Fault is of type (?P<type>\S+) ACCESS_TYPE_(?P<access>\S+)")
+_CONTAINMENT = re.compile(
+    r"(?P<c>Contained|Uncontained): (?P<unit>.+?)(?: \((?P<loc>0x[0-9a-fA-F]+(?:, 0x[0-9a-fA-F]+)*)\))?\."
+    r"(?: physAddr: (?P<addr>0x[0-9a-fA-F]+))?\s*RST: (?P<rst>Yes|No), D-RST: (?P<drst>Yes|No)")
+_NVLINK_FATAL = re.compile(
+    r"NVLink: (?P<sev>fatal|non-fatal|nonfatal)? ?error detected on link (?P<link>-?\d+)\s*(?:\((?P<regs>[^)]*)\))?",
+    re.I)
+# Hopper/Blackwell NVLink subsystem lines: "<UNIT> <Fatal|Nonfatal> XC0 i0 Link 13 (regs)".
+_NVLINK_UNIT = re.compile(
+    r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+(?P<xc>XC\d+)\s+(?P<inst>i\d+)\s+"
+    r"Link\s+(?P<link>-?\d+)\s*(?:\((?P<regs>[^)]*)\))?")
+_LINK_GENERIC = re.compile(r"\b[Ll]ink (?P<link>-?\d+)\b")
+_CAUSED_BY = re.compile(r"caused by previous Xid (?P<v>\d+)")
+_GSP_FN = re.compile(r"Expected function (?P<fn>\d+) \((?P<name>[A-Z0-9_]+)\)(?: \((?P<a0>0x[0-9a-fA-F]+) (?P<a1>0x[0-9a-fA-F]+)\))?")
+_GSP_TIMEOUT = re.compile(r"Timeout after (?P<s>\d+)s of waiting for RPC response from (?P<gsp>GPU\d+) GSP")
+_RECOVERY = re.compile(
+    r"recovery action changed from (?P<f>0x[0-9a-fA-F]+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+) \((?P<tn>[^)]*)\)")
+_HEXWORD = re.compile(r"0x[0-9a-fA-F]+")
+
+# The text-only Xid 79 form (NVIDIA/NVSentinel#155) and the one-line variants.
+FALLEN_RE = re.compile(
+    r"NVRM: (?:The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)\s+(?:NVRM:\s*)?\(PCI ID: (?P<ids>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\)"
+    r"\s+installed in this system has\s+(?:NVRM:\s*)?fallen off the bus"
+    r"|GPU (?P<pci2>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): GPU has fallen off the bus)")
+FALLEN_START_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)\s*(?:\(PCI ID: (?P<ids>[^)]*)\))?")
+FALLEN_TAIL_RE = re.compile(r"fallen off the bus")
+GPU_AT_RE = re.compile(
+    r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):\s+(?P<uuid>\S+)")
+_UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+SERIAL_RE = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S*)")
+# Kubernetes device plugin (NVML event, not a kernel line). Xid 999 is the plugin's own sentinel.
+DEVICE_PLUGIN_RE = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^,\s]+)")
+
+
+def parse_xid(message: str) -> dict[str, Any] | None:
+    """Fields of an Xid line, or None when the message holds no ``NVRM: Xid (...)`` header.
+
+    Returns a dict with at least ``xid`` (int) and ``pci_bus_id`` (``DDDD:BB:DD.F`` or None when
+    redacted/absent), ``pid`` (int or None for ``'<unknown>'``/absent), ``process`` (str or None),
+    ``payload`` (the free text after pid/name) and whatever standard payload fields are present:
+    ``gpu_instance``, ``channel``, ``intr``, ``engmask``, ``info``, ``error_string``, ``gpc``/``tpc``/``sm``,
+    ``phys_addr``, ``partition``/``subpartition``, ``row_address``, ``page``, ``mmu_*``, ``containment``,
+    ``unit``, ``location``, ``reset_required``, ``drain_reset_required``, ``nvlink_*``, ``link``,
+    ``registers``, ``caused_by_xid``, ``rpc_function``, ``rpc_function_name``, ``rpc_args``,
+    ``rpc_timeout_s``, ``gsp``, ``recovery_from``/``recovery_to``.
+    """
+    m = XID_RE.search(message)
+    if not m:
+        return None
+    out: dict[str, Any] = {"xid": int(m.group("xid"))}
+    mi = _INNER.match(m.group("inner").strip())
+    pci_text = mi.group("pci") if mi else None
+    out["pci_bus_id"] = normalize_pci(pci_text)
+    if mi and mi.group("gi") is not None:
+        out["gpu_instance"] = int(mi.group("gi"))
+    rest = m.group("rest")
+    # Collapse the whitespace of joined continuation lines, drop trailing blanks and JSON quoting.
+    rest = re.sub(r"\s*\n\s*(?:NVRM:\s*)?", " ", rest).rstrip().rstrip('",').rstrip()
+    pid = None
+    process = None
+    mp = _PID.match(rest)
+    if mp:
+        pid = int(mp.group("pid")) if mp.group("pid") else None
+        rest = rest[mp.end():]
+        mn = _NAME.match(rest)
+        if mn:
+            name = mn.group("name").strip()
+            process = None if name in ("<unknown>", "'<unknown>'", "") else name
+            rest = rest[mn.end():]
+    out["pid"] = pid
+    out["process"] = process
+    out["payload"] = rest
+    _payload_fields(rest, out)
+    return out
+
+
+def _payload_fields(p: str, out: dict[str, Any]) -> None:
+    for pat in _CHANNEL_PATTERNS:
+        mc = pat.search(p)
+        if mc:
+            out["channel"] = int(mc.group("v"), 16)
+            break
+    for key, pat in _HEX_FIELDS.items():
+        mh = pat.search(p)
+        if mh:
+            v = mh.group("v")
+            out[key] = int(v, 16)
+    me = _ERROR_STRING.search(p)
+    if me:
+        out["error_string"] = me.group("v").strip()
+    mg = _GPC.search(p)
+    if mg:
+        out.update(gpc=int(mg.group("gpc")), tpc=int(mg.group("tpc")), sm=int(mg.group("sm")))
+    mpt = _PARTITION.search(p)
+    if mpt:
+        out.update(partition=int(mpt.group("p")), subpartition=int(mpt.group("sp")))
+    mr = _ROW_REMAP.search(p)
+    if mr:
+        out["row_address"] = int(mr.group("v"), 16)
+    mpg = _PAGE.search(p)
+    if mpg:
+        out["page"] = int(mpg.group("v"), 16)
+    mm = _MMU.search(p)
+    if mm:
+        out.update(mmu_engine=mm.group("engine"), mmu_client=mm.group("client"),
+                   mmu_fault_address=int(mm.group("va").replace("_", ""), 16),
+                   mmu_fault_type=mm.group("type"), mmu_access_type=mm.group("access").rstrip("."))
+    mct = _CONTAINMENT.search(p)
+    if mct:
+        out.update(containment=mct.group("c").lower(), unit=mct.group("unit"),
+                   reset_required=mct.group("rst") == "Yes", drain_reset_required=mct.group("drst") == "Yes")
+        if mct.group("loc"):
+            out["location"] = [int(x, 16) for x in _HEXWORD.findall(mct.group("loc"))]
+        if mct.group("addr"):
+            out["phys_addr"] = int(mct.group("addr"), 16)
+    mu = _NVLINK_UNIT.search(p)
+    if mu:
+        out.update(nvlink_unit=mu.group("unit"), nvlink_severity=mu.group("sev").lower().replace("-", ""),
+                   nvlink_xc=mu.group("xc"), nvlink_instance=mu.group("inst"), link=int(mu.group("link")))
+        if mu.group("regs") is not None:
+            out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mu.group("regs"))]
+    else:
+        mf = _NVLINK_FATAL.search(p)
+        if mf:
+            out["link"] = int(mf.group("link"))
+            if mf.group("sev"):
+                out["nvlink_severity"] = mf.group("sev").lower().replace("-", "")
+            if mf.group("regs") is not None:
+                out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mf.group("regs"))]
+        else:
+            ml = _LINK_GENERIC.search(p)
+            if ml:
+                out["link"] = int(ml.group("link"))
+    mcb = _CAUSED_BY.search(p)
+    if mcb:
+        out["caused_by_xid"] = int(mcb.group("v"))
+    mgs = _GSP_FN.search(p)
+    if mgs:
+        out.update(rpc_function=int(mgs.group("fn")), rpc_function_name=mgs.group("name"))
+        if mgs.group("a0"):
+            out["rpc_args"] = [int(mgs.group("a0"), 16), int(mgs.group("a1"), 16)]
+    mt = _GSP_TIMEOUT.search(p)
+    if mt:
+        out.update(rpc_timeout_s=int(mt.group("s")), gsp=mt.group("gsp"))
+    mra = _RECOVERY.search(p)
+    if mra:
+        out.update(recovery_from=int(mra.group("f"), 16), recovery_from_name=mra.group("fn"),
+                   recovery_to=int(mra.group("t"), 16), recovery_to_name=mra.group("tn"))
+
+
+def parse_fallen_off_bus(message: str) -> dict[str, Any] | None:
+    """The text-only Xid 79 forms (no Xid line). Returns ``pci_bus_id`` and ``pci_ids`` or None.
+
+    ``NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen
+    off the bus and is not responding to commands.`` (printed over three lines) and
+    ``NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.``
+    """
+    flat = re.sub(r"\s*\n\s*", " ", message)
+    m = FALLEN_RE.search(flat)
+    if not m:
+        return None
+    pci = m.group("pci") or m.group("pci2")
+    return {"pci_bus_id": normalize_pci(pci), "pci_ids": m.group("ids")}
+
+
+def parse_gpu_at(message: str) -> tuple[str, str | None] | None:
+    """``NVRM: GPU at PCI:0000:01:00: GPU-<uuid>`` -> (pci_bus_id, uuid or None when redacted)."""
+    m = GPU_AT_RE.search(message)
+    if not m:
+        return None
+    pci = normalize_pci(m.group("pci"))
+    if pci is None:
+        return None
+    uuid = m.group("uuid")
+    return pci, uuid if _UUID_RE.match(uuid) else None
+
+
+def parse_device_plugin(message: str) -> dict[str, Any] | None:
+    """k8s-device-plugin ``XidCriticalError: Xid=69 on Device=GPU-...``; None for the 999 sentinel."""
+    m = DEVICE_PLUGIN_RE.search(message)
+    if not m or m.group("xid") == "999":
+        return None
+    return {"xid": int(m.group("xid")), "gpu_uuid": m.group("dev")}
