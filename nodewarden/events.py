@@ -73,6 +73,10 @@ class FaultEvent:
     code: int | None = None
     category: str | None = None
     attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Byte offset of the first record of the event in its input (parallel readers keep the
+    # events that start in their own range), and the JSON form once computed. Not serialized.
+    origin: int | None = dataclasses.field(default=None, repr=False, compare=False)
+    json_cache: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     # --- convenience accessors used by the JSON form and the metrics -------------------
     @property
@@ -109,6 +113,8 @@ class FaultEvent:
         }
 
     def to_json(self) -> str:
+        if self.json_cache is not None:
+            return self.json_cache
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), default=str)
 
     @classmethod

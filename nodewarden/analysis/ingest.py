@@ -91,9 +91,10 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
             on_error(msg)
 
     def gen() -> Iterator[FaultEvent]:
-        deduper = CopyDeduper() if dedupe else None
         file_paths = [p for p in paths if p != "-"]
         files, errors = expand_paths(file_paths)
+        # Copies exist only across inputs: with one input there is nothing to de-duplicate.
+        deduper = CopyDeduper() if dedupe and len(files) + ("-" in paths) > 1 else None
         for err in errors:
             report(str(err))
         sources: list[tuple[str, Callable[[], tuple[Iterable[FaultEvent], KernelLogParser | None]]]] = []

@@ -12,6 +12,7 @@ import dataclasses
 import datetime as dt
 import errno
 import gzip
+import io
 import logging
 import lzma
 import os
@@ -121,38 +122,157 @@ def open_log(path: Path) -> IO[bytes]:
     return f
 
 
-def iter_chunks(stream: IO[bytes], chunk: int = CHUNK) -> Iterator[bytes]:
-    """Chunks of whole records: each ends before the last record head, which is carried over."""
-    carry = b""
+def iter_regions(stream: IO[bytes], chunk: int = CHUNK) -> Iterator[tuple[bytearray, int]]:
+    """(buf, hi) pairs: ``buf[:hi]`` holds whole records. ``buf`` is reused between pairs (read
+    it before asking for the next). The last record head of each chunk is carried over to the
+    next chunk, since continuation lines may follow it there."""
+    buf = bytearray(chunk)
+    filled = 0
     while True:
-        data = stream.read(chunk)
-        if not data:
-            break
-        buf = carry + data if carry else data
-        cut = split_carry(buf)
-        if cut == 0 and len(buf) > MAX_CARRY:
-            cut = len(buf)
-        if cut:
-            yield buf[:cut]
-        carry = buf[cut:]
-    if carry:
-        yield carry
+        view = memoryview(buf)
+        eof = False
+        while filled < len(buf):
+            n = stream.readinto(view[filled:])  # type: ignore[attr-defined]
+            if not n:
+                eof = True
+                break
+            filled += n
+        view.release()
+        if eof:
+            if filled:
+                yield buf, filled
+            return
+        cut = split_carry(buf, filled)
+        if cut == 0:
+            if len(buf) >= MAX_CARRY:  # one giant "record": cut it rather than grow forever
+                yield buf, filled
+                filled = 0
+            else:  # a record longer than the buffer: grow and read on
+                buf.extend(bytes(len(buf)))
+            continue
+        yield buf, cut
+        carry = filled - cut
+        buf[:carry] = buf[cut:filled]
+        filled = carry
 
 
-def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext) -> Iterator[FaultEvent]:
+def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext,
+                       base_offset: int = 0, flush: bool = True) -> Iterator[FaultEvent]:
     """Events from a binary stream of log text, scanning for candidate records first.
 
     Invalid UTF-8 is replaced (never fatal); the parser's stats count records and unparsed lines.
+    ``base_offset`` is the stream's position in its file (records carry absolute offsets).
     Raises OSError/EOFError from the stream (truncated gzip, I/O error) to the caller.
     """
-    for buf in iter_chunks(stream):
-        for start, end in candidate_records(buf):
-            text = buf[start:end].decode("utf-8", "replace")
-            lines = text.split("\n")
-            rec = join_record(lines, ctx) if len(lines) > 1 else join_record([text], ctx)
+    pos = base_offset
+    for buf, hi in iter_regions(stream):
+        recs = []
+        for start, end in candidate_records(buf, hi=hi):
+            lines = buf[start:end].decode("utf-8", "replace").split("\n")
+            rec = join_record(lines, ctx)
             if rec is not None:
-                yield from parser.feed(rec)
-    yield from parser.flush()
+                rec.offset = pos + start
+                recs.append(rec)
+        pos += hi
+        # Parse after the scan: the buffer is reused by the next read.
+        for rec in recs:
+            yield from parser.feed(rec)
+    if flush:
+        yield from parser.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# Large plain files are parsed by several processes, one byte range each. A worker first reads
+# WARMUP bytes before its range (the events found there are dropped) so that its parser holds
+# the state the sequential parser would have (a split Xid 79, an MCE record, the 94/95 summary,
+# the PCI->UUID map), and reads LOOKAHEAD bytes past its range so that events started inside
+# it complete. Each worker keeps exactly the events whose first record lies in its range.
+PARALLEL_MIN_BYTES = 128 << 20
+WARMUP = 4 << 20
+LOOKAHEAD = 4 << 20
+
+
+class _RangeReader:
+    """``readinto`` over ``f`` limited to ``remaining`` bytes (a file object for iter_regions)."""
+
+    def __init__(self, f: IO[bytes], remaining: int) -> None:
+        self.f, self.remaining = f, remaining
+
+    def readinto(self, b: memoryview) -> int:
+        n = min(len(b), self.remaining)
+        if n <= 0:
+            return 0
+        k = self.f.readinto(b[:n])  # type: ignore[attr-defined]
+        self.remaining -= k or 0
+        return k or 0
+
+
+def _record_start_after(f: IO[bytes], offset: int, size: int) -> int:
+    """The first record head at or after ``offset`` (a line start not indented)."""
+    if offset <= 0:
+        return 0
+    f.seek(offset - 1)
+    data = f.read(1 << 20)
+    i = 0
+    while True:
+        nl = data.find(b"\n", i)
+        if nl == -1 or nl + 1 >= len(data):
+            return min(offset - 1 + len(data), size)
+        c = data[nl + 1:nl + 2]
+        if c not in (b" ", b"\t"):
+            return offset - 1 + nl + 1
+        i = nl + 1
+
+
+def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo | None,
+                 boot_time: dt.datetime | None, warm: int, start: int, end: int, stop: int,
+                 last: bool) -> tuple[list[FaultEvent], int, int]:
+    """Worker: events whose first record is in [start, end) of ``path``, JSON pre-rendered."""
+    mtime = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc)
+    ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
+    parser = KernelLogParser(host=host, source=source, origin=path)
+    kept: list[FaultEvent] = []
+    records_before = 0
+    with open(path, "rb") as f:
+        f.seek(warm)
+        reader = _RangeReader(f, stop - warm)
+        for e in events_from_stream(reader, parser, ctx, base_offset=warm):  # type: ignore[arg-type]
+            if e.origin is not None and start <= e.origin < end:
+                e.json_cache = e.to_json()
+                kept.append(e)
+            elif e.origin is None and last:
+                kept.append(e)
+    unparsed = sum(1 for e in kept if e.kind == "unparsed")
+    return kept, parser.stats.records - records_before, unparsed
+
+
+def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | None,
+                   boot_time: dt.datetime | None, source: str) -> tuple[list[FaultEvent], KernelLogParser]:
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with open(f.path, "rb") as fh:
+        cuts = [0] + [_record_start_after(fh, size * k // workers, size) for k in range(1, workers)] + [size]
+    jobs = []
+    for k in range(workers):
+        start, end = cuts[k], cuts[k + 1]
+        if start >= end:
+            continue
+        warm = 0 if start == 0 else max(0, start - WARMUP)
+        if warm:
+            with open(f.path, "rb") as fh:
+                warm = _record_start_after(fh, warm, size)
+        stop = size if k == workers - 1 else min(size, end + LOOKAHEAD)
+        jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == workers - 1))
+    parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
+    events: list[FaultEvent] = []
+    with ProcessPoolExecutor(max_workers=len(jobs), mp_context=get_context("fork")) as pool:
+        for kept, records, unparsed in pool.map(_parse_range, *zip(*jobs)):
+            events.extend(kept)
+            parser.stats.records += records
+            parser.stats.unparsed += unparsed
+            parser.stats.events += len(kept)
+    return events, parser
 
 
 def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
@@ -162,9 +282,18 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
         mtime = dt.datetime.fromtimestamp(f.path.stat().st_mtime, dt.timezone.utc)
     except OSError as e:
         raise InputError(f"{f.path}: {e.strerror or e}") from e
+    stream = open_log(f.path)
+    workers = min(os.cpu_count() or 1, 8)
+    if isinstance(stream, io.BufferedReader) and workers > 1:
+        size = os.fstat(stream.fileno()).st_size
+        if size >= PARALLEL_MIN_BYTES:
+            stream.close()
+            try:
+                return _read_parallel(f, size, min(workers, size // (PARALLEL_MIN_BYTES // 2)), tz, boot_time, source)
+            except OSError as e:
+                raise InputError(f"{f.path}: cannot read: {e}") from e
     ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
     parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
-    stream = open_log(f.path)
     try:
         with stream:
             return list(events_from_stream(stream, parser, ctx)), parser

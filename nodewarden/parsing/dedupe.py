@@ -19,27 +19,64 @@ WALL_SLACK_S = 1.0
 
 
 class CopyDeduper:
-    """Streaming de-duplicator. ``accept(event, input_id)`` is True for the first copy."""
+    """Streaming de-duplicator. ``accept(event, input_id)`` is True for the first copy.
+
+    Entries are bucketed by (host, kind, message) plus their monotonic stamp or wall second;
+    within a bucket each input keeps its entries in order, and a pointer per (bucket, other
+    input, this input) marks the next entry not yet paired, so each call costs O(inputs).
+    """
 
     def __init__(self) -> None:
-        # (host, kind, message) -> [(input_id, mono, wall, paired_inputs)]
-        self._seen: dict[tuple, list[tuple[str, float | None, float | None, set[str]]]] = collections.defaultdict(list)
+        self._buckets: dict[tuple, dict[str, list[_Entry]]] = {}
+        self._ptr: dict[tuple, int] = {}
         self.dropped = 0
 
     def accept(self, e: FaultEvent, input_id: str) -> bool:
-        key = (e.host, e.kind, " ".join(e.message.split()))
+        base = (e.host, e.kind, " ".join(e.message.split()))
         wall = e.time.timestamp() if e.time is not None else None
-        for other_input, mono, other_wall, paired in self._seen[key]:
-            if other_input == input_id or input_id in paired:
+        mono = e.monotonic
+        keys: list[tuple] = []
+        if mono is not None:
+            keys.append(base + ("m", round(mono * 1e6)))
+        if wall is not None:
+            sec = int(wall)
+            keys += [base + ("w", sec), base + ("w", sec - 1), base + ("w", sec + 1)]
+        for key in keys:
+            bucket = self._buckets.get(key)
+            if not bucket:
                 continue
-            same_mono = mono is not None and e.monotonic is not None and abs(mono - e.monotonic) < 1e-6
-            same_wall = wall is not None and other_wall is not None and abs(wall - other_wall) <= WALL_SLACK_S
-            if same_mono or (same_wall and (mono is None or e.monotonic is None)):
-                paired.add(input_id)
-                self.dropped += 1
-                return False
-        self._seen[key].append((input_id, e.monotonic, wall, set()))
+            for other, entries in bucket.items():
+                if other == input_id:
+                    continue
+                pkey = (key, other, input_id)
+                idx = self._ptr.get(pkey, 0)
+                while idx < len(entries) and not entries[idx].matches(mono, wall):
+                    idx += 1
+                if idx < len(entries):
+                    self._ptr[pkey] = idx + 1
+                    self.dropped += 1
+                    return False
+                self._ptr[pkey] = idx
+        entry = _Entry(mono, wall)
+        if mono is not None:
+            self._buckets.setdefault(keys[0], {}).setdefault(input_id, []).append(entry)
+        if wall is not None:
+            self._buckets.setdefault(base + ("w", int(wall)), {}).setdefault(input_id, []).append(entry)
         return True
+
+
+class _Entry:
+    __slots__ = ("mono", "wall")
+
+    def __init__(self, mono: float | None, wall: float | None) -> None:
+        self.mono, self.wall = mono, wall
+
+    def matches(self, mono: float | None, wall: float | None) -> bool:
+        """Same record: equal monotonic stamps, or wall times within the slack when one side
+        has no monotonic stamp (two different monotonic stamps are two records)."""
+        if self.mono is not None and mono is not None:
+            return abs(self.mono - mono) < 1e-6
+        return self.wall is not None and wall is not None and abs(self.wall - wall) <= WALL_SLACK_S
 
 
 def dedupe(pairs: Iterable[tuple[FaultEvent, str]]) -> Iterator[FaultEvent]:

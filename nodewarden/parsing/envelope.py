@@ -90,6 +90,7 @@ class Record:
     boot_id: str | None = None
     kernel: bool = True  # False when the record is known not to come from the kernel
     extra: dict[str, Any] | None = None
+    offset: int | None = None  # byte offset of the record in its input, when read from one
 
 
 @dataclasses.dataclass(slots=True)

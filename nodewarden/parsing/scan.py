@@ -37,36 +37,40 @@ def backend() -> str:
     return "hyperscan" if _hs is not None else "find"
 
 
-def hit_offsets(buf: bytes | memoryview, force_find: bool = False) -> list[int]:
-    """Sorted offsets in ``buf`` at which a keyword occurs (start of the match, or its end with
-    Hyperscan: any offset inside the line is enough)."""
+def hit_offsets(buf: bytes | bytearray, lo: int = 0, hi: int | None = None, force_find: bool = False) -> list[int]:
+    """Sorted offsets in ``buf[lo:hi]`` at which a keyword occurs (start of the match, or its last
+    byte with Hyperscan: any offset inside the line is enough). No copy of ``buf`` is made."""
+    hi = len(buf) if hi is None else hi
     if _hs is not None and not force_find:
         hits: list[int] = []
         append = hits.append
 
         def on_match(_id: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
-            append(end - 1)
+            append(lo + end - 1)
 
-        _hs_db().scan(bytes(buf) if isinstance(buf, memoryview) else buf, match_event_handler=on_match)
+        view = memoryview(buf)[lo:hi]
+        try:
+            _hs_db().scan(view, match_event_handler=on_match)
+        finally:
+            view.release()
         hits.sort()
         return hits
-    data = bytes(buf) if isinstance(buf, memoryview) else buf
     hits = []
+    find = buf.find
     for kw in KEYWORDS:
-        find = data.find
-        p = find(kw)
+        p = find(kw, lo, hi)
         while p != -1:
             hits.append(p)
             # Skip to the end of this line: one hit per line and keyword is enough.
-            nl = find(b"\n", p)
+            nl = find(b"\n", p, hi)
             if nl == -1:
                 break
-            p = find(kw, nl)
+            p = find(kw, nl, hi)
     hits.sort()
     return hits
 
 
-def _is_cont(buf: bytes, start: int, end: int) -> bool:
+def _is_cont(buf: bytes | bytearray, start: int, end: int) -> bool:
     """Is the line starting at ``start`` a continuation (indented, not blank)?"""
     if start >= end:
         return False
@@ -79,23 +83,25 @@ def _is_cont(buf: bytes, start: int, end: int) -> bool:
     return bool(line.strip())
 
 
-def candidate_records(buf: bytes, force_find: bool = False) -> Iterator[tuple[int, int]]:
-    """(start, end) byte ranges of the records in ``buf`` that contain a keyword, in order.
+def candidate_records(buf: bytes | bytearray, force_find: bool = False, lo: int = 0,
+                      hi: int | None = None) -> Iterator[tuple[int, int]]:
+    """(start, end) byte ranges of the records in ``buf[lo:hi]`` that contain a keyword, in order.
 
     A record is a head line plus the indented continuation lines after it; ``end`` excludes the
-    final newline. Each record is yielded once however many keywords it holds.
+    final newline. Each record is yielded once however many keywords it holds. ``lo`` must be
+    the start of a record and ``hi`` the start of one (or the end of the data).
     """
-    n = len(buf)
+    n = len(buf) if hi is None else hi
     last_end = -1
-    for h in hit_offsets(buf, force_find):
+    for h in hit_offsets(buf, lo, n, force_find):
         if h <= last_end:
             continue
-        start = buf.rfind(b"\n", 0, h) + 1
+        start = buf.rfind(b"\n", lo, h) + 1 or lo
         # Walk back over continuation lines to the head line of the record.
-        while start > 0 and _is_cont(buf, start, n):
-            prev = buf.rfind(b"\n", 0, start - 1) + 1
+        while start > lo and _is_cont(buf, start, n):
+            prev = buf.rfind(b"\n", lo, start - 1) + 1 or lo
             start = prev
-        end = buf.find(b"\n", h)
+        end = buf.find(b"\n", h, n)
         if end == -1:
             end = n
         # Walk forward over the continuation lines that follow.
@@ -106,12 +112,12 @@ def candidate_records(buf: bytes, force_find: bool = False) -> Iterator[tuple[in
         yield start, end
 
 
-def split_carry(buf: bytes) -> int:
-    """Offset at which to cut a chunk so that no record is split: the start of the last head
-    line (it may get continuation lines from the next chunk). Returns len(buf) when the buffer
-    ends exactly at a record boundary is unknown, so the tail is always carried."""
-    n = len(buf)
-    p = buf.rfind(b"\n", 0, n - 1 if n and buf[-1:] == b"\n" else n)
+def split_carry(buf: bytes | bytearray, hi: int | None = None) -> int:
+    """Offset at which to cut ``buf[:hi]`` so that no record is split: the start of the last head
+    line (it may still get continuation lines from the data that follows). 0 when ``buf[:hi]``
+    holds a single record."""
+    n = len(buf) if hi is None else hi
+    p = buf.rfind(b"\n", 0, n - 1 if n and buf[n - 1] == 0x0A else n)
     while p != -1:
         start = p + 1
         if not _is_cont(buf, start, n):

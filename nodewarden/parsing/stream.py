@@ -290,7 +290,7 @@ class KernelLogParser:
         return FaultEvent(
             kind=kind, message=rec.message, raw=rec.raw, time=rec.time, time_kind=rec.time_kind,
             raw_time=rec.raw_time, monotonic=rec.monotonic, host=rec.host or self.host, source=self.source,
-            device=device, code=code, category=category, attrs=attrs,
+            device=device, code=code, category=category, attrs=attrs, origin=rec.offset,
         )
 
     def _unparsed(self, rec: Record, family: str, reason: str) -> FaultEvent:

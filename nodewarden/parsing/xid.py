@@ -38,6 +38,7 @@ _HEX_FIELDS = {
     "info": re.compile(r"\bInfo\s+(?P<v>0x[0-9a-fA-F]+)\b"),
     "phys_addr": re.compile(r"\bphysAddr:?\s+(?P<v>0x[0-9a-fA-F]+)\b"),
 }
+_HEX_HINTS = {"intr": "intr", "engmask": "engmask", "info": "Info", "phys_addr": "physAddr"}
 _ERROR_STRING = re.compile(r"\berrorString\s+(?P<v>.*?)(?:,\s*Info\b|$)")
 _GPC = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\)")
 _PARTITION = re.compile(r"\bpartition (?P<p>\d+), subpartition (?P<sp>\d+)")
@@ -122,77 +123,92 @@ def parse_xid(message: str) -> dict[str, Any] | None:
 
 
 def _payload_fields(p: str, out: dict[str, Any]) -> None:
-    for pat in _CHANNEL_PATTERNS:
-        mc = pat.search(p)
-        if mc:
-            out["channel"] = int(mc.group("v"), 16)
-            break
+    # Each pattern is tried only when a literal it needs is in the payload: most Xid lines carry
+    # two or three of these fields, and the parser runs on every Xid of a year of fleet logs.
+    if "Ch" in p or "ch" in p:
+        for pat in _CHANNEL_PATTERNS:
+            mc = pat.search(p)
+            if mc:
+                out["channel"] = int(mc.group("v"), 16)
+                break
     for key, pat in _HEX_FIELDS.items():
-        mh = pat.search(p)
-        if mh:
-            v = mh.group("v")
-            out[key] = int(v, 16)
-    me = _ERROR_STRING.search(p)
-    if me:
-        out["error_string"] = me.group("v").strip()
-    mg = _GPC.search(p)
-    if mg:
-        out.update(gpc=int(mg.group("gpc")), tpc=int(mg.group("tpc")), sm=int(mg.group("sm")))
-    mpt = _PARTITION.search(p)
-    if mpt:
-        out.update(partition=int(mpt.group("p")), subpartition=int(mpt.group("sp")))
-    mr = _ROW_REMAP.search(p)
-    if mr:
-        out["row_address"] = int(mr.group("v"), 16)
-    mpg = _PAGE.search(p)
-    if mpg:
-        out["page"] = int(mpg.group("v"), 16)
-    mm = _MMU.search(p)
-    if mm:
-        out.update(mmu_engine=mm.group("engine"), mmu_client=mm.group("client"),
-                   mmu_fault_address=int(mm.group("va").replace("_", ""), 16),
-                   mmu_fault_type=mm.group("type"), mmu_access_type=mm.group("access").rstrip("."))
-    mct = _CONTAINMENT.search(p)
-    if mct:
-        out.update(containment=mct.group("c").lower(), unit=mct.group("unit"),
-                   reset_required=mct.group("rst") == "Yes", drain_reset_required=mct.group("drst") == "Yes")
-        if mct.group("loc"):
-            out["location"] = [int(x, 16) for x in _HEXWORD.findall(mct.group("loc"))]
-        if mct.group("addr"):
-            out["phys_addr"] = int(mct.group("addr"), 16)
-    mu = _NVLINK_UNIT.search(p)
-    if mu:
-        out.update(nvlink_unit=mu.group("unit"), nvlink_severity=mu.group("sev").lower().replace("-", ""),
-                   nvlink_xc=mu.group("xc"), nvlink_instance=mu.group("inst"), link=int(mu.group("link")))
-        if mu.group("regs") is not None:
-            out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mu.group("regs"))]
-    else:
-        mf = _NVLINK_FATAL.search(p)
-        if mf:
-            out["link"] = int(mf.group("link"))
-            if mf.group("sev"):
-                out["nvlink_severity"] = mf.group("sev").lower().replace("-", "")
-            if mf.group("regs") is not None:
-                out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mf.group("regs"))]
+        if _HEX_HINTS[key] in p:
+            mh = pat.search(p)
+            if mh:
+                out[key] = int(mh.group("v"), 16)
+    if "errorString" in p:
+        me = _ERROR_STRING.search(p)
+        if me:
+            out["error_string"] = me.group("v").strip()
+    if "(GPC" in p:
+        mg = _GPC.search(p)
+        if mg:
+            out.update(gpc=int(mg.group("gpc")), tpc=int(mg.group("tpc")), sm=int(mg.group("sm")))
+    if "partition" in p:
+        mpt = _PARTITION.search(p)
+        if mpt:
+            out.update(partition=int(mpt.group("p")), subpartition=int(mpt.group("sp")))
+    if "Row Remapper" in p:
+        mr = _ROW_REMAP.search(p)
+        if mr:
+            out["row_address"] = int(mr.group("v"), 16)
+    if "Blacklisting" in p or "Retirement" in p:
+        mpg = _PAGE.search(p)
+        if mpg:
+            out["page"] = int(mpg.group("v"), 16)
+    if "MMU Fault" in p:
+        mm = _MMU.search(p)
+        if mm:
+            out.update(mmu_engine=mm.group("engine"), mmu_client=mm.group("client"),
+                       mmu_fault_address=int(mm.group("va").replace("_", ""), 16),
+                       mmu_fault_type=mm.group("type"), mmu_access_type=mm.group("access").rstrip("."))
+    if "ontained" in p:
+        mct = _CONTAINMENT.search(p)
+        if mct:
+            out.update(containment=mct.group("c").lower(), unit=mct.group("unit"),
+                       reset_required=mct.group("rst") == "Yes", drain_reset_required=mct.group("drst") == "Yes")
+            if mct.group("loc"):
+                out["location"] = [int(x, 16) for x in _HEXWORD.findall(mct.group("loc"))]
+            if mct.group("addr"):
+                out["phys_addr"] = int(mct.group("addr"), 16)
+    if "ink" in p:
+        mu = _NVLINK_UNIT.search(p) if "Link" in p else None
+        if mu:
+            out.update(nvlink_unit=mu.group("unit"), nvlink_severity=mu.group("sev").lower().replace("-", ""),
+                       nvlink_xc=mu.group("xc"), nvlink_instance=mu.group("inst"), link=int(mu.group("link")))
+            if mu.group("regs") is not None:
+                out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mu.group("regs"))]
         else:
-            ml = _LINK_GENERIC.search(p)
-            if ml:
-                out["link"] = int(ml.group("link"))
-    mcb = _CAUSED_BY.search(p)
-    if mcb:
-        out["caused_by_xid"] = int(mcb.group("v"))
-    mgs = _GSP_FN.search(p)
-    if mgs:
-        out.update(rpc_function=int(mgs.group("fn")), rpc_function_name=mgs.group("name"))
-        if mgs.group("a0"):
-            out["rpc_args"] = [int(mgs.group("a0"), 16), int(mgs.group("a1"), 16)]
-    mt = _GSP_TIMEOUT.search(p)
-    if mt:
-        out.update(rpc_timeout_s=int(mt.group("s")), gsp=mt.group("gsp"))
-    mra = _RECOVERY.search(p)
-    if mra:
-        out.update(recovery_from=int(mra.group("f"), 16), recovery_from_name=mra.group("fn"),
-                   recovery_to=int(mra.group("t"), 16), recovery_to_name=mra.group("tn"))
+            mf = _NVLINK_FATAL.search(p) if "NVLink" in p else None
+            if mf:
+                out["link"] = int(mf.group("link"))
+                if mf.group("sev"):
+                    out["nvlink_severity"] = mf.group("sev").lower().replace("-", "")
+                if mf.group("regs") is not None:
+                    out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mf.group("regs"))]
+            else:
+                ml = _LINK_GENERIC.search(p)
+                if ml:
+                    out["link"] = int(ml.group("link"))
+    if "caused by" in p:
+        mcb = _CAUSED_BY.search(p)
+        if mcb:
+            out["caused_by_xid"] = int(mcb.group("v"))
+    if "Expected function" in p:
+        mgs = _GSP_FN.search(p)
+        if mgs:
+            out.update(rpc_function=int(mgs.group("fn")), rpc_function_name=mgs.group("name"))
+            if mgs.group("a0"):
+                out["rpc_args"] = [int(mgs.group("a0"), 16), int(mgs.group("a1"), 16)]
+    if "Timeout after" in p:
+        mt = _GSP_TIMEOUT.search(p)
+        if mt:
+            out.update(rpc_timeout_s=int(mt.group("s")), gsp=mt.group("gsp"))
+    if "recovery action" in p:
+        mra = _RECOVERY.search(p)
+        if mra:
+            out.update(recovery_from=int(mra.group("f"), 16), recovery_from_name=mra.group("fn"),
+                       recovery_to=int(mra.group("t"), 16), recovery_to_name=mra.group("tn"))
 
 
 def parse_fallen_off_bus(message: str) -> dict[str, Any] | None:

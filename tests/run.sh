@@ -1,0 +1,14 @@
+#!/bin/sh
+# Install what the whole test suite needs, then run it. Usage: sh tests/run.sh [pytest args]
+# - promtool (Debian's prometheus package) for the /metrics lint, when running as root with apt;
+# - nodewarden with its [test] extra (pytest, pandas, pyarrow, matplotlib, hyperscan).
+set -eu
+cd "$(dirname "$0")/.."
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1 \
+        || echo "warning: could not install prometheus/promtool; its checks will be skipped" >&2
+fi
+# No virtual environment: install into this Python, as on a GPU node's image.
+PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+exec python3 -m pytest "$@"
