@@ -12,6 +12,11 @@ import datetime as dt
 import json
 from typing import Any
 
+try:  # optional: about ten times faster JSON rendering for `nodewarden events` on large logs
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the installation
+    _orjson = None
+
 # Event kinds. Parsers only emit these; the JSON output and the metrics key on them.
 XID = "xid"  # NVIDIA Xid (kernel NVRM line, or the text-only "fallen off the bus" form as Xid 79)
 GPU_LOST = "gpu_lost"  # NVML reports GPU_IS_LOST
@@ -78,6 +83,11 @@ class FaultEvent:
     origin: int | None = dataclasses.field(default=None, repr=False, compare=False)
     json_cache: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickle as a plain tuple: parallel readers send tens of thousands of events back to
+        # the parent, and the default dataclass pickling is three times slower.
+        return _restore, tuple(getattr(self, f) for f in _FIELDS)
+
     # --- convenience accessors used by the JSON form and the metrics -------------------
     @property
     def pci_bus_id(self) -> str | None:
@@ -113,8 +123,14 @@ class FaultEvent:
         }
 
     def to_json(self) -> str:
+        """One line of JSON (UTF-8 text, compact separators); orjson renders it when installed."""
         if self.json_cache is not None:
             return self.json_cache
+        if _orjson is not None:
+            try:
+                return _orjson.dumps(self.to_dict(), default=str).decode()
+            except TypeError:  # an integer wider than 64 bits: the standard library copes
+                pass
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), default=str)
 
     @classmethod
@@ -140,6 +156,13 @@ class FaultEvent:
             category=d.get("category"),
             attrs=attrs,
         )
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(FaultEvent))
+
+
+def _restore(*values: Any) -> FaultEvent:
+    return FaultEvent(*values)
 
 
 def iso_utc(t: dt.datetime | None) -> str | None:

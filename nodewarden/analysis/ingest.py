@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import stat
 import sys
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator
@@ -60,6 +61,33 @@ def _is_journal(path: Path) -> bool:
     return path.name.startswith("events-") and path.name.endswith((".jsonl", ".jsonl.gz"))
 
 
+def _is_char_device(path: Path) -> bool:
+    try:
+        return stat.S_ISCHR(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogParser]:
+    """The records now in the kernel ring buffer (``nodewarden events /dev/kmsg``), not followed."""
+    from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now, kmsg_events
+    import socket
+    reader = KmsgReader(str(f.path))
+    try:
+        reader.open()
+    except OSError as e:
+        raise InputError(f"{f.path}: {e.strerror or e}") from e
+    try:
+        records = reader.read_available(limit=10_000_000)
+    finally:
+        reader.close()
+    parser = KernelLogParser(host=socket.gethostname(), source="kmsg")
+    ctx = TimeContext.make(tz=tz, boot_time=boot_time_now())
+    events = list(kmsg_events(records, parser, ctx, reader.boot_id))
+    events += parser.flush()
+    return events, parser
+
+
 def _journal_events(f: LogFile) -> Iterator[FaultEvent]:
     from nodewarden.collectors.kernel_log import open_log
     with open_log(f.path) as stream:
@@ -105,7 +133,9 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                 return list(events_from_stream(stdin or sys.stdin.buffer, parser, ctx)), parser
             sources.append(("-", read_stdin))
         for f in files:
-            if _is_journal(f.path):
+            if _is_char_device(f.path):
+                sources.append((str(f.path), lambda f=f: _read_kmsg(f, tz)))
+            elif _is_journal(f.path):
                 sources.append((str(f.path), lambda f=f: (list(_journal_events(f)), None)))
             else:
                 sources.append((str(f.path), lambda f=f: read_file(f, tz=tz, boot_time=boot_time)))

@@ -29,7 +29,7 @@ from nodewarden.parsing.stream import KernelLogParser, join_record
 
 log = logging.getLogger(__name__)
 
-CHUNK = 16 << 20  # bytes read at a time from a file
+CHUNK = 1 << 20  # bytes read at a time: small enough that the scan reads it from cache
 MAX_CARRY = 64 << 20  # a "record" longer than this is cut (a file of indented lines only)
 
 # Base names of kernel/system logs: a file so named tells nothing about its host.
@@ -238,10 +238,12 @@ def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo |
         reader = _RangeReader(f, stop - warm)
         for e in events_from_stream(reader, parser, ctx, base_offset=warm):  # type: ignore[arg-type]
             if e.origin is not None and start <= e.origin < end:
-                e.json_cache = e.to_json()
                 kept.append(e)
             elif e.origin is None and last:
                 kept.append(e)
+    # Rendered only now: a later record may still have folded into an event (Xid 94/95 channels).
+    for e in kept:
+        e.json_cache = e.to_json()
     unparsed = sum(1 for e in kept if e.kind == "unparsed")
     return kept, parser.stats.records - records_before, unparsed
 
@@ -251,10 +253,13 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
+    # Twice as many ranges as workers: the parent takes in the first ranges' events while the
+    # workers parse the last ones.
+    ranges = 2 * workers
     with open(f.path, "rb") as fh:
-        cuts = [0] + [_record_start_after(fh, size * k // workers, size) for k in range(1, workers)] + [size]
+        cuts = [0] + [_record_start_after(fh, size * k // ranges, size) for k in range(1, ranges)] + [size]
     jobs = []
-    for k in range(workers):
+    for k in range(ranges):
         start, end = cuts[k], cuts[k + 1]
         if start >= end:
             continue
@@ -262,11 +267,11 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
         if warm:
             with open(f.path, "rb") as fh:
                 warm = _record_start_after(fh, warm, size)
-        stop = size if k == workers - 1 else min(size, end + LOOKAHEAD)
-        jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == workers - 1))
+        stop = size if k == ranges - 1 else min(size, end + LOOKAHEAD)
+        jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == ranges - 1))
     parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
     events: list[FaultEvent] = []
-    with ProcessPoolExecutor(max_workers=len(jobs), mp_context=get_context("fork")) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
         for kept, records, unparsed in pool.map(_parse_range, *zip(*jobs)):
             events.extend(kept)
             parser.stats.records += records

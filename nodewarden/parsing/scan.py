@@ -9,6 +9,7 @@ records are decoded and parsed.
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 # Every line a parser in nodewarden.parsing can turn into an event contains one of these.
@@ -17,6 +18,8 @@ KEYWORDS: tuple[bytes, ...] = (b"NVRM", b"Xid", b"EDAC", b"mce: ", b"Port: ", b"
 try:  # optional accelerator: Intel Hyperscan (the [analysis] extra on x86_64)
     import hyperscan as _hs
 except Exception:  # pragma: no cover - depends on the platform
+    _hs = None
+if os.environ.get("NODEWARDEN_SCANNER") == "find":  # force the portable matcher (benchmarks)
     _hs = None
 
 _db = None
