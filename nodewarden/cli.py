@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--no-dedupe", action="store_true",
                         help="keep copies of one record seen through several files")
 
+    va = sub.add_parser("validate", help="run the hardware validation suite (exit 0 healthy, 1 drain)")
+    from nodewarden.validator.main import add_arguments as add_validate_arguments
+    add_validate_arguments(va)
+    va.set_defaults(func=cmd_validate)
+
     ev = sub.add_parser("events", help="print fault events found in logs as JSON lines")
     add_input_options(ev)
     ev.add_argument("--stats", action="store_true", help="print input/parse counts to stderr at the end")
@@ -153,6 +158,11 @@ def cmd_xid(args: argparse.Namespace) -> int:
     else:
         print(catalog.explain(args.code, policy))
     return exitcodes.OK
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from nodewarden.validator import main as validator_main
+    return validator_main.run(args)
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

@@ -1,0 +1,131 @@
+"""``nodewarden validate``: pick the checks and the profile, run, report, map to an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from nodewarden import exitcodes
+from nodewarden.validator import checks, profiles, report, runner
+from nodewarden.validator.base import RunContext
+from nodewarden.validator.result import exit_code
+
+
+class _Progress:
+    """Live progress on a terminal (rich), one line per check elsewhere (logs, Slurm)."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.tty = enabled and stream.isatty()
+        self._live = None
+        self._t0: dict[str, float] = {}
+        if self.tty:
+            try:
+                from rich.console import Console
+                from rich.live import Live
+                self._live = Live("", console=Console(file=stream), refresh_per_second=4, transient=True)
+                self._live.start()
+            except ImportError:
+                self.tty = False
+
+    def __call__(self, check: str, fraction: float, text: str) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        self._t0.setdefault(check, now)
+        elapsed = now - self._t0[check]
+        line = f"{check}: {fraction:4.0%} {text} ({elapsed:.1f}s)"
+        if self._live is not None:
+            self._live.update(line)
+        elif fraction in (0.0, 1.0):
+            self.stream.write(f"nodewarden validate: {line}\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def parse_checks(text: str | None, quick: bool) -> list[str]:
+    """``a,b`` -> names in suite order; raises ValueError naming an unknown check."""
+    if not text:
+        return list(checks.QUICK_NAMES if quick else checks.NAMES)
+    wanted = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [w for w in wanted if w not in checks.NAMES]
+    if unknown:
+        raise ValueError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(checks.NAMES)}")
+    return [n for n in checks.NAMES if n in wanted]
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        print("checks:   " + ", ".join(checks.NAMES))
+        print("quick:    " + ", ".join(checks.QUICK_NAMES))
+        print("profiles: auto, " + ", ".join(profiles.names()))
+        return exitcodes.OK
+    try:
+        names = parse_checks(args.checks, args.quick)
+        profile = profiles.resolve(args.profile)
+        sets = list(args.set or [])
+        if args.storage_path:
+            sets.append(f"storage.path={args.storage_path!r}".replace("'", '"'))
+        profile = profiles.apply_config(profile, args.config, sets)
+        baseline = runner.load_baseline(args.baseline) if args.baseline else None
+        if baseline is not None and args.tolerance is not None:
+            baseline["tolerance"] = args.tolerance
+    except (ValueError, OSError) as e:
+        print(f"nodewarden validate: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    progress = _Progress(sys.stderr, not args.no_progress)
+    ctx = RunContext(profile=profile, sysfs=Path(args.sysfs), procfs=Path(args.procfs), device=args.device,
+                     quick=args.quick, progress=progress, baseline=baseline)
+    host = socket.gethostname()
+    started = dt.datetime.now(dt.timezone.utc)
+    try:
+        results = runner.run_suite(names, ctx)
+    finally:
+        progress.close()
+    finished = dt.datetime.now(dt.timezone.utc)
+    code = exit_code(results)
+    report.print_table(results, sys.stdout)
+    for line in report.drain_lines(results, host):
+        print(f"DRAIN: {line}")
+    doc = report.build(results, host, profile.get("name", "?"), ctx.torch_device(), args.quick, started, finished, code)
+    try:
+        if args.json:
+            report.write_json(doc, args.json)
+        if args.textfile:
+            report.write_textfile(results, args.textfile, finished)
+        if args.baseline and baseline is None and code == exitcodes.OK:
+            report.write_json(runner.baseline_from(results), args.baseline)
+            print(f"nodewarden validate: recorded baseline {args.baseline}", file=sys.stderr)
+    except OSError as e:
+        print(f"nodewarden validate: cannot write output: {e}", file=sys.stderr)
+        return exitcodes.INCOMPLETE if code == exitcodes.OK else code
+    return code
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checks", help=f"comma-separated subset of: {', '.join(checks.NAMES)}")
+    p.add_argument("--quick", action="store_true", help="the prolog gate: a subset with small sizes (< 45 s)")
+    p.add_argument("--profile", default="auto", help="hardware profile, or auto (from the GPU's NVML name)")
+    p.add_argument("--config", metavar="FILE", help="TOML with [checks.NAME] threshold/parameter overrides")
+    p.add_argument("--set", action="append", metavar="CHECK.KEY=VALUE", help="override one parameter (repeatable)")
+    p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
+                   help="where the compute checks run (cpu: the same code on host memory)")
+    p.add_argument("--storage-path", help="directory the storage check writes into (default: a temp dir)")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--textfile", metavar="DIR", help="write nodewarden_validator.prom for node_exporter")
+    p.add_argument("--baseline", metavar="FILE",
+                   help="hold rates to this node's recorded baseline; records it when FILE does not exist")
+    p.add_argument("--tolerance", type=float, help="allowed drop below the baseline (default 0.10)")
+    p.add_argument("--sysfs", default="/sys", help=argparse.SUPPRESS)
+    p.add_argument("--procfs", default="/proc", help=argparse.SUPPRESS)
+    p.add_argument("--no-progress", action="store_true", help="no live progress on stderr")
+    p.add_argument("--list", action="store_true", help="list the checks and profiles and exit")

@@ -1,0 +1,100 @@
+"""Hardware profiles: per-product thresholds for the validator's checks (TOML files beside this
+module), chosen by name or, with ``auto``, from the GPU product name NVML reports."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+
+class ProfileError(ValueError):
+    """An unknown profile name, or a config file with a bad key or value (message names it)."""
+
+
+def names() -> list[str]:
+    """Names of the shipped profiles (file stems), sorted."""
+    return sorted(p.name[:-5] for p in resources.files(__name__).iterdir() if p.name.endswith(".toml"))
+
+
+def load(name: str) -> dict[str, Any]:
+    """The shipped profile ``name`` as a dict (``name``, ``description``, ``match``, one table per
+    check). Raises ProfileError for an unknown name."""
+    if name not in names():
+        raise ProfileError(f"unknown profile {name!r}; known: {', '.join(names())}, auto")
+    with resources.files(__name__).joinpath(f"{name}.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
+def gpu_product_name() -> str | None:
+    """The first GPU's product name from NVML (``nvmlDeviceGetName``), or None without NVML/GPUs."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            if pynvml.nvmlDeviceGetCount() == 0:
+                return None
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+            return name.decode() if isinstance(name, bytes) else str(name)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def match(product: str | None) -> str:
+    """The profile whose ``match`` substrings occur in ``product`` (case-insensitive), else generic."""
+    if product:
+        low = product.lower()
+        for n in names():
+            for needle in load(n).get("match", []):
+                if needle.lower() in low:
+                    return n
+    return "generic"
+
+
+def resolve(name: str, product: str | None = None) -> dict[str, Any]:
+    """Load ``name``; ``auto`` matches ``product`` (default: NVML's first GPU) to a profile."""
+    if name == "auto":
+        return load(match(product if product is not None else gpu_product_name()))
+    return load(name)
+
+
+def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[str] | None = None) -> dict[str, Any]:
+    """The profile with a config file's ``[checks.NAME]`` tables and ``NAME.key=value`` overrides
+    merged in. Raises ProfileError naming the file and key for unknown checks or bad values."""
+    from nodewarden.validator.checks import NAMES
+
+    merged = copy.deepcopy(profile)
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                cfg = tomllib.load(f)
+        except OSError as e:
+            raise ProfileError(f"{path}: {e.strerror or e}") from e
+        except tomllib.TOMLDecodeError as e:
+            raise ProfileError(f"{path}: invalid TOML: {e}") from e
+        for key in cfg:
+            if key != "checks":
+                raise ProfileError(f"{path}: unknown key {key!r} (expected [checks.NAME] tables)")
+        for check, table in cfg.get("checks", {}).items():
+            if check not in NAMES:
+                raise ProfileError(f"{path}: checks.{check}: unknown check; known: {', '.join(NAMES)}")
+            if not isinstance(table, dict):
+                raise ProfileError(f"{path}: checks.{check}: expected a table")
+            merged.setdefault(check, {}).update(table)
+    for item in sets or []:
+        key, sep, raw = item.partition("=")
+        check, dot, param = key.partition(".")
+        if not sep or not dot or not param:
+            raise ProfileError(f"--set {item!r}: expected CHECK.KEY=VALUE")
+        if check not in NAMES:
+            raise ProfileError(f"--set {item!r}: unknown check {check!r}; known: {', '.join(NAMES)}")
+        try:
+            value: Any = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw  # a bare string such as a path
+        merged.setdefault(check, {})[param] = value
+    return merged

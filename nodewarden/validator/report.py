@@ -1,0 +1,133 @@
+"""Validator output: the final table, the JSON report, the node_exporter textfile and the
+one-line drain reasons.
+
+JSON report schema (``--json FILE``), version 1::
+
+    {
+      "schema": "nodewarden.validate/1",
+      "host": str, "started": ISO 8601 UTC, "finished": ISO 8601 UTC,
+      "profile": str, "device": "cuda" | "cpu", "quick": bool,
+      "exit_code": 0 | 1 | 3,
+      "checks": [
+        {"check": str, "status": "pass|warn|fail|skip|error", "reason": str, "action": str,
+         "duration_s": float,
+         "measurements": [{"name": str, "value": number|str|null, "unit": str,
+                           "threshold": number|null, "op": ">=" | "<=", "device": str|null}],
+         "details": {...}}
+      ]
+    }
+
+Units are SI base units: bytes, seconds, B/s, FLOP/s, ratio.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, TextIO
+
+from nodewarden.events import iso_utc
+from nodewarden.validator.result import FAIL, STATUSES, CheckResult
+
+SCHEMA = "nodewarden.validate/1"
+
+
+def build(results: list[CheckResult], host: str, profile: str, device: str, quick: bool, started: dt.datetime,
+          finished: dt.datetime, exit_code: int) -> dict[str, Any]:
+    return {"schema": SCHEMA, "host": host, "started": iso_utc(started), "finished": iso_utc(finished),
+            "profile": profile, "device": device, "quick": quick, "exit_code": exit_code,
+            "checks": [r.to_dict() for r in results]}
+
+
+def write_json(doc: dict[str, Any], path: str | Path) -> None:
+    """Write atomically (temp file + rename) so a reader never sees half a report."""
+    p = Path(path)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    os.replace(tmp, p)
+
+
+def _fmt(value: Any, unit: str) -> str:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+    if unit in ("B/s", "FLOP/s", "bytes", "B"):
+        for scale, p in prefixes:
+            if abs(value) >= scale:
+                return f"{value / scale:.3g} {p}{unit}"
+    if isinstance(value, float):
+        return f"{value:.4g} {unit}".strip()
+    return f"{value} {unit}".strip()
+
+
+def summary_line(r: CheckResult) -> str:
+    """The most telling measurement of a result, for the table."""
+    for m in r.measurements:
+        if m.threshold is not None:
+            op = "≥" if m.op == ">=" else "≤"
+            return f"{m.name} {_fmt(m.value, m.unit)} ({op} {_fmt(m.threshold, m.unit)})"
+    if r.measurements:
+        m = r.measurements[0]
+        return f"{m.name} {_fmt(m.value, m.unit)}"
+    return ""
+
+
+def print_table(results: Iterable[CheckResult], stream: TextIO) -> None:
+    """The final table (rich when installed and the stream is a terminal, else plain text)."""
+    results = list(results)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        Console = None  # type: ignore[assignment]
+    if Console is not None:
+        console = Console(file=stream, highlight=False, width=max(100, Console(file=stream).width))
+        table = Table(title="nodewarden validate")
+        for col in ("check", "status", "measured", "reason", "time"):
+            table.add_column(col)
+        colours = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim", "error": "magenta"}
+        for r in results:
+            table.add_row(r.check, f"[{colours[r.status]}]{r.status}[/]", summary_line(r), r.reason,
+                          f"{r.duration_s:.1f}s")
+        console.print(table)
+        return
+    for r in results:
+        stream.write(f"{r.check:24} {r.status:6} {summary_line(r):48} {r.reason}\n")
+
+
+def drain_lines(results: Iterable[CheckResult], host: str) -> list[str]:
+    """One line per failed check, fit for a Slurm drain reason (no newlines, <= 200 chars)."""
+    lines = []
+    for r in results:
+        if r.status == FAIL:
+            text = f"nodewarden {r.check}: {r.reason}".replace("\n", " ")
+            lines.append(text[:200])
+    return lines
+
+
+def write_textfile(results: Iterable[CheckResult], directory: str | Path, finished: dt.datetime) -> Path:
+    """A ``nodewarden_validator.prom`` file for node_exporter's textfile collector (written
+    atomically). Series: ``nodewarden_validator_check_status{check,status}`` (1 for the current
+    status), ``nodewarden_validator_check_value{check,metric,unit,device}``,
+    ``nodewarden_validator_last_run_timestamp_seconds``."""
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+    reg = CollectorRegistry()
+    status = Gauge("nodewarden_validator_check_status", "Current status of each check (1 for the status it has)",
+                   ["check", "status"], registry=reg)
+    value = Gauge("nodewarden_validator_check_value", "Values measured by the validator's checks",
+                  ["check", "metric", "unit", "device"], registry=reg)
+    last = Gauge("nodewarden_validator_last_run_timestamp_seconds", "End of the last validator run (Unix time)",
+                 registry=reg)
+    for r in results:
+        for s in STATUSES:
+            status.labels(r.check, s).set(1 if r.status == s else 0)
+        for m in r.measurements:
+            if isinstance(m.value, (int, float)) and not isinstance(m.value, bool):
+                value.labels(r.check, m.name, m.unit, m.device or "").set(float(m.value))
+    last.set(finished.timestamp())
+    path = Path(directory) / "nodewarden_validator.prom"
+    write_to_textfile(str(path), reg)
+    return path
