@@ -56,18 +56,17 @@ def _host_from_name(name: str) -> str | None:
     return stem
 
 
-def _rotation_key(p: Path) -> tuple[str, int, str]:
-    """Oldest first within a rotated set: kern.log.3.gz, kern.log.2.gz, kern.log.1, kern.log."""
+def _rotation_key(p: Path) -> tuple[str, int, int, str]:
+    """Oldest first within a rotated set: kern.log.3.gz, kern.log.2.gz, kern.log.1, kern.log;
+    with dateext, messages-20240101.gz, messages-20240108, messages. The live file comes last."""
     m = _ROTATED.match(p.name)
     base = m.group("base") if m else p.name
     num = m.group("num") if m else None
     if num is None:
-        order = 0
-    elif len(num) == 8:  # dateext: kern.log-20240101 -- later dates are newer
-        order = -int(num)
-    else:
-        order = int(num)
-    return base, -order, p.name
+        return base, 1, 0, p.name
+    if len(num) == 8:  # dateext: a later date is newer
+        return base, 0, int(num), p.name
+    return base, 0, -int(num), p.name  # numbered: a higher number is older
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile], list[InputError]]:

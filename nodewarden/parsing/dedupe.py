@@ -50,9 +50,12 @@ class CopyDeduper:
                     continue
                 pkey = (key, other, input_id)
                 idx = self._ptr.get(pkey, 0)
-                while idx < len(entries) and not entries[idx].matches(mono, wall):
+                # An entry sits in its monotonic and its wall bucket: the ``paired`` mark keeps it from
+                # being taken twice by the same input through both.
+                while idx < len(entries) and (input_id in entries[idx].paired or not entries[idx].matches(mono, wall)):
                     idx += 1
                 if idx < len(entries):
+                    entries[idx].paired.add(input_id)
                     self._ptr[pkey] = idx + 1
                     self.dropped += 1
                     return False
@@ -66,10 +69,11 @@ class CopyDeduper:
 
 
 class _Entry:
-    __slots__ = ("mono", "wall")
+    __slots__ = ("mono", "wall", "paired")
 
     def __init__(self, mono: float | None, wall: float | None) -> None:
         self.mono, self.wall = mono, wall
+        self.paired: set[str] = set()  # inputs whose copy of this record has been dropped
 
     def matches(self, mono: float | None, wall: float | None) -> bool:
         """Same record: equal monotonic stamps, or wall times within the slack when one side

@@ -14,6 +14,13 @@ EDAC_RE = re.compile(
     r"EDAC (?:[\w-]+ )?MC(?P<mc>\d+): (?P<count>\d+) (?P<type>CE|UE|Fatal|Deferred)\b(?P<what>[^()]*?)"
     r" on (?P<label>[^\s()]+)(?:\s*\((?P<details>.*)\))?\s*$")
 EDAC_HINT_RE = re.compile(r"EDAC\b.*\bMC\d+: \d+ (?:CE|UE)\b")
+# The machine-check decode some EDAC drivers (sb_edac, skx_common) print before the error line:
+# "EDAC sbridge MC0: CPU 0: Machine Check Event: 0 Bank 5: 8c00004000010092", then "ADDR 849923380",
+# "MISC 42525286", "TSC 0" (hex, with or without 0x).
+_EDAC_MCE_HEAD = re.compile(
+    r"EDAC (?:[\w-]+ )?MC(?P<mc>\d+): CPU (?P<cpu>\d+): Machine Check (?:Event|Exception): "
+    r"(?:0x)?(?P<mcg>[0-9a-fA-F]+) Bank (?P<bank>\d+): (?:0x)?(?P<status>[0-9a-fA-F]{1,16})\b")
+_EDAC_MCE_REG = re.compile(r"EDAC (?:[\w-]+ )?MC(?P<mc>\d+): (?P<key>TSC|ADDR|MISC) (?:0x)?(?P<v>[0-9a-fA-F]{1,16})\s*$")
 _LABEL_SBRIDGE = re.compile(r"CPU_SrcID#(?P<socket>\d+)_(?P<kind>Ha|MC)#(?P<mc>\d+)_Chan#(?P<ch>\d+)_DIMM#(?P<dimm>\d+)")
 _LABEL_LEGACY = re.compile(r"CPU#(?P<socket>\d+)Channel#(?P<ch>\d+)_DIMM#(?P<dimm>\d+)")
 _LABEL_CSROW = re.compile(r"mc#(?P<mc>\d+)csrow#(?P<csrow>\d+)channel#(?P<ch>\d+)")
@@ -87,3 +94,19 @@ def parse_edac(message: str) -> dict[str, Any] | None:
         if "grain" in fields and fields["grain"].isdigit():
             out["grain"] = int(fields["grain"])
     return out
+
+
+def parse_edac_mce(message: str) -> tuple[int, dict[str, int]] | None:
+    """One line of an EDAC driver's machine-check decode: (mc, fields), else None.
+
+    The ``CPU N: Machine Check Event`` line gives ``mce_cpu``, ``mce_mcg_status``, ``mce_bank`` and
+    ``mce_status``; the ``ADDR``/``MISC``/``TSC`` lines give ``mce_addr``/``mce_misc``/``mce_tsc``.
+    """
+    m = _EDAC_MCE_HEAD.search(message)
+    if m:
+        return int(m.group("mc")), {"mce_cpu": int(m.group("cpu")), "mce_mcg_status": int(m.group("mcg"), 16),
+                                    "mce_bank": int(m.group("bank")), "mce_status": int(m.group("status"), 16)}
+    m = _EDAC_MCE_REG.search(message)
+    if m:
+        return int(m.group("mc")), {"mce_" + m.group("key").lower(): int(m.group("v"), 16)}
+    return None

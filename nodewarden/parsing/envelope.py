@@ -135,8 +135,10 @@ _SYSLOG_TAIL = re.compile(
     r"(?:(?P<host>[^\s:\[\]]+)\s+)?(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>\d+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
 _SYSLOG_TAIL_HOST = re.compile(
     r"(?P<host>[^\s:\[\]]+)\s+(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>\d+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
+# Talos ``talosctl dmesg``: "10.1.10.21: kern:    info: [2021-01-14T16:16:01.266737804Z]: msg". The node
+# is often an IP address; levels are right-aligned and spelled as syslog(3) does ("warning").
 _TALOS = re.compile(
-    r"(?P<host>[^\s:]+): (?P<fac>" + "|".join(FACILITIES) + r"):\s*(?P<lvl>" + "|".join(LEVELS)
+    r"(?P<host>[^\s:]+): (?P<fac>" + "|".join(FACILITIES) + r"):\s*(?P<lvl>warning|" + "|".join(LEVELS)
     + r"):\s*\[(?P<ts>[^\]]+)\]: ?(?P<msg>.*)", re.S)
 _CRI = re.compile(r"(stdout|stderr) [FP] ")
 _KERNEL_PREFIX = re.compile(r"kernel: ?")
@@ -380,15 +382,15 @@ def _parse_into(text: str, rec: Record, ctx: TimeContext) -> None:
                 else:
                     rec.message = rest
                 return
-        m = _TALOS.match(text, pos)
-        if m:
-            rec.fmt = "talos"
-            rec.host = m.group("host")
-            rec.facility, rec.level = m.group("fac"), m.group("lvl")
-            rec.kernel = rec.facility == "kern"
-            _set_iso(rec, m.group("ts"), ctx)
-            rec.message = m.group("msg")
-            return
+    m = _TALOS.match(text, pos)  # after the stamps: its node name may start with a digit
+    if m:
+        rec.fmt = "talos"
+        rec.host = m.group("host")
+        rec.facility, rec.level = m.group("fac"), "warn" if m.group("lvl") == "warning" else m.group("lvl")
+        rec.kernel = rec.facility == "kern"
+        _set_iso(rec, m.group("ts"), ctx)
+        rec.message = m.group("msg")
+        return
     if fmt_parts:
         rec.fmt = "+".join(fmt_parts)
     rec.message = text[pos:]

@@ -22,6 +22,11 @@ NET_LINK_RE = re.compile(
 MODULE_RE = re.compile(
     r"(?P<drv>mlx\d_core) (?P<bdf>" + _BDF + r"): Port module event(?:\[error\])?: module (?P<module>\d+), "
     r"(?P<status>[^,\n]+?)\s*(?:,|$)")
+# FreeBSD mlx5en names the device by unit, without a PCI id (NVIDIA FreeBSD driver docs):
+# "mlx5_core0: INFO: mlx5_port_module_event:710:(pid 11): Module 0, status: plugged and enabled".
+MODULE_BSD_RE = re.compile(
+    r"(?P<nic>mlx\d_core\d+): (?:[A-Z]+: )?(?:\w+:\d+:\(pid \d+\): )?Module (?P<module>\d+), "
+    r"status: (?P<status>[^,\n]+?)\s*(?:,|$)")
 IB_HINT_RE = re.compile(r"Port: \d+ Link \S+")
 
 
@@ -43,9 +48,14 @@ def parse_net_link(message: str) -> dict[str, Any] | None:
 
 
 def parse_module_event(message: str) -> dict[str, Any] | None:
-    """``module`` (int), ``status`` (e.g. ``Cable plugged``, ``Cable unplugged``), ``pci_bus_id``."""
+    """``module`` (int), ``status`` (e.g. ``Cable plugged``, ``Cable unplugged``), ``pci_bus_id``;
+    on FreeBSD ``pci_bus_id`` is None and ``nic`` is the device unit (``mlx5_core0``)."""
     m = MODULE_RE.search(message)
-    if not m:
-        return None
-    return {"module": int(m.group("module")), "status": m.group("status").strip().rstrip("."),
-            "pci_bus_id": normalize_pci(m.group("bdf"))}
+    if m:
+        return {"module": int(m.group("module")), "status": m.group("status").strip().rstrip("."),
+                "pci_bus_id": normalize_pci(m.group("bdf"))}
+    m = MODULE_BSD_RE.search(message)
+    if m:
+        return {"module": int(m.group("module")), "status": m.group("status").strip().rstrip("."),
+                "pci_bus_id": None, "nic": m.group("nic")}
+    return None

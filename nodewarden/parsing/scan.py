@@ -109,7 +109,7 @@ def candidate_records(buf: bytes | bytearray, force_find: bool = False, lo: int 
             end = n
         # Walk forward over the continuation lines that follow.
         while end < n and _is_cont(buf, end + 1, n):
-            nxt = buf.find(b"\n", end + 1)
+            nxt = buf.find(b"\n", end + 1, n)  # never past hi: what follows is not ours
             end = n if nxt == -1 else nxt
         last_end = end
         yield start, end
@@ -120,10 +120,19 @@ def split_carry(buf: bytes | bytearray, hi: int | None = None) -> int:
     line (it may still get continuation lines from the data that follows). 0 when ``buf[:hi]``
     holds a single record."""
     n = len(buf) if hi is None else hi
-    p = buf.rfind(b"\n", 0, n - 1 if n and buf[n - 1] == 0x0A else n)
+    complete = n > 0 and buf[n - 1] == 0x0A
+    p = buf.rfind(b"\n", 0, n - 1 if complete else n)
+    last = True
     while p != -1:
         start = p + 1
-        if not _is_cont(buf, start, n):
+        if last and not complete:
+            # The last line is cut by the read: if it starts with a blank it may be a continuation
+            # line whose text has not been read yet ("   " + "NVRM: ..."), so it is no place to cut.
+            cont = start < n and buf[start] in (0x20, 0x09)
+        else:
+            cont = _is_cont(buf, start, n)
+        if not cont:
             return start
+        last = False
         p = buf.rfind(b"\n", 0, p)
     return 0

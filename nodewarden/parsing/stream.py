@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import re
 from typing import Any, Iterable, Iterator
 
 from nodewarden import events as ev
@@ -75,6 +76,11 @@ class KernelLogParser:
         self._pending_fallen: dict[str | None, tuple[Record, dict[str, Any], int]] = {}
         self._contained: dict[tuple[str | None, str | None, int], tuple[FaultEvent, float | None, int]] = {}
         self._recent79: dict[tuple[str | None, str], list[tuple[str, float | None, int]]] = collections.defaultdict(list)
+        # GPUs whose GSP RPC error prints the driver rate-limits: (host, pci) -> N (1 print in N).
+        self._sampled: dict[tuple[str | None, str], int] = {}
+        # EDAC drivers print their decode of the machine check before the "N CE/UE ... on <label>"
+        # line it causes: (host, mc) -> (fields, seconds, record index).
+        self._edac_mce: dict[tuple[str | None, int], tuple[dict[str, Any], float | None, int]] = {}
 
     # -- public API ------------------------------------------------------------------------
     def feed(self, rec: Record) -> list[FaultEvent]:
@@ -90,7 +96,8 @@ class KernelLogParser:
             dp = xid.parse_device_plugin(msg) if rec.fmt == "golog" else None
             if dp is not None:
                 e = self._event(rec, ev.XID, code=dp["xid"], device=dp["gpu_uuid"],
-                                attrs={"gpu_uuid": dp["gpu_uuid"], "via": "k8s-device-plugin"})
+                                attrs={"gpu_uuid": dp["gpu_uuid"], "via": "k8s-device-plugin"},
+                                category=_category(dp["xid"]))
                 out.append(e)
             else:
                 self.stats.skipped_non_kernel += 1
@@ -152,7 +159,13 @@ class KernelLogParser:
             return
         if "EDAC" in msg:
             fields = edac.parse_edac(msg)
+            if fields is None:
+                decode = edac.parse_edac_mce(msg)
+                if decode is not None:
+                    self._edac_mce_line(host, decode, rec)
+                    return
             if fields is not None:
+                fields.update(self._take_edac_mce(host, fields["mc"], rec))
                 device = f"mc{fields['mc']}/{fields['label']}"
                 out.append(self._event(rec, ev.CPU_ECC, device=device, attrs=fields, category=fields["type"]))
             elif edac.EDAC_HINT_RE.search(msg):
@@ -176,7 +189,8 @@ class KernelLogParser:
                 return
             fields = ib.parse_module_event(msg)
             if fields is not None:
-                out.append(self._event(rec, ev.NIC_MODULE, device=fields["pci_bus_id"], attrs=fields))
+                out.append(self._event(rec, ev.NIC_MODULE, device=fields["pci_bus_id"] or fields.get("nic"),
+                                       attrs=fields))
 
     def _nvrm(self, rec: Record, msg: str, host: str | None, out: list[FaultEvent]) -> bool:
         """NVIDIA lines. True when the record was consumed."""
@@ -186,6 +200,9 @@ class KernelLogParser:
             pci = fields.get("pci_bus_id")
             if pci and (host, pci) in self.pci_uuid:
                 fields["gpu_uuid"] = self.pci_uuid[(host, pci)]
+            if code == 119 and pci and (host, pci) in self._sampled:
+                # Printed after "Rate limiting GSP RPC error prints": one Xid 119 of N is logged.
+                fields["sampled_1_in"] = self._sampled[(host, pci)]
             if code == 79 and pci and self._dup79(host, pci, "xid", rec):
                 return True
             if code in (94, 95) and self._merge_contained(host, pci, code, fields, rec):
@@ -198,6 +215,14 @@ class KernelLogParser:
             if code in (94, 95) and "containment" in fields:
                 self._contained[(host, pci, code)] = (e, _seconds(rec), self._index)
             out.append(e)
+            return True
+        limited = xid.parse_rate_limit(msg) if "Rate limiting" in msg else None
+        if limited is not None:
+            self._sampled[(host, limited[0])] = limited[1]
+            return True
+        if xid.DRIVER_LOAD_RE.search(msg):  # module (re)loaded: rate limits start afresh
+            for key in [k for k in self._sampled if k[0] == host]:
+                del self._sampled[key]
             return True
         at = xid.parse_gpu_at(msg)
         if at is not None:
@@ -229,6 +254,25 @@ class KernelLogParser:
             out.append(self._unparsed(rec, "xid", "Xid line not understood"))
             return True
         return False
+
+    def _edac_mce_line(self, host: str | None, decode: tuple[int, dict[str, Any]], rec: Record) -> None:
+        """Keep an EDAC driver's machine-check decode line for the EDAC error line that follows."""
+        mc, fields = decode
+        prev = self._edac_mce.get((host, mc))
+        if "mce_bank" in fields or prev is None:  # the "CPU N: Machine Check Event" line starts a decode
+            self._edac_mce[(host, mc)] = (dict(fields), _seconds(rec), self._index)
+        else:
+            prev[0].update(fields)
+
+    def _take_edac_mce(self, host: str | None, mc: int, rec: Record) -> dict[str, Any]:
+        """The decode printed just before this EDAC error line of the same controller, if any."""
+        prev = self._edac_mce.pop((host, mc), None)
+        if prev is None or "mce_bank" not in prev[0]:
+            return {}
+        fields, t0, idx = prev
+        t = _seconds(rec)
+        near = abs(t - t0) <= MCE_WINDOW_S if t is not None and t0 is not None else self._index - idx <= 16
+        return fields if near else {}
 
     def _merge_contained(self, host: str | None, pci: str | None, code: int, fields: dict[str, Any],
                          rec: Record) -> bool:
@@ -341,20 +385,46 @@ def records_from_lines(lines: Iterable[str], ctx: TimeContext | None = None) -> 
             yield rec
 
 
+# A /dev/kmsg dictionary line (" SUBSYSTEM=pci", " DEVICE=+pci:0000:01:00.0"): one blank, then
+# KEY=value. Raw kmsg dumps and Talos ``talosctl dmesg`` print them under their record.
+_KMSG_PROP = re.compile(r" [A-Z][A-Z0-9_]*=")
+
+
 def join_record(lines: list[str], ctx: TimeContext | None = None) -> Record | None:
-    """Parse the first line's envelope; continuation lines join the message with newlines."""
+    """Parse the first line's envelope; continuation lines join the message with newlines,
+    except kmsg dictionary lines, which become ``extra`` properties."""
+    if len(lines) > 1 and lines[0].rstrip() == "{":
+        rec = _pretty_json(lines, ctx)
+        if rec is not None:
+            return rec
     rec = parse_line(lines[0], ctx)
     if rec is None or len(lines) == 1:
         return rec
-    if rec.fmt == "kmsg":  # kmsg dictionary lines (" SUBSYSTEM=pci") are properties, not text
-        extra = rec.extra if rec.extra is not None else {}
-        for line in lines[1:]:
+    kmsg = rec.fmt == "kmsg"
+    text: list[str] = []
+    for line in lines[1:]:
+        if kmsg or _KMSG_PROP.match(line):
             k, sep, v = line.strip().partition("=")
             if sep:
-                extra[k] = v
-        rec.extra = extra
-        rec.raw = "\n".join(lines)
-        return rec
-    rec.message = rec.message + "\n" + "\n".join(x.strip() for x in lines[1:])
+                if rec.extra is None:
+                    rec.extra = {}
+                rec.extra[k] = v
+        else:
+            text.append(line.strip())
+    if text:
+        rec.message = rec.message + "\n" + "\n".join(text)
+    rec.raw = "\n".join(lines)
+    return rec
+
+
+def _pretty_json(lines: list[str], ctx: TimeContext | None) -> Record | None:
+    """An agent's JSON record printed over several lines: ``{`` alone, the members indented. Its
+    closing brace is at column 0, so line readers end the record before it: put it back."""
+    text = "\n".join(lines)
+    if lines[-1].strip() not in ("}", "},"):
+        text += "\n}"
+    rec = parse_line(text, ctx)
+    if rec is None or rec.fmt not in ("json", "journal_json"):
+        return None
     rec.raw = "\n".join(lines)
     return rec

@@ -37,8 +37,12 @@ _HEX_FIELDS = {
     "engmask": re.compile(r"\bengmask\s+(?P<v>[0-9a-fA-F]{8})\b"),
     "info": re.compile(r"\bInfo\s+(?P<v>0x[0-9a-fA-F]+)\b"),
     "phys_addr": re.compile(r"\bphysAddr:?\s+(?P<v>0x[0-9a-fA-F]+)\b"),
+    # Xid 16 (display engine hung, r304 era): "Head 00000000 Count 00000001".
+    "head": re.compile(r"\bHead\s+(?P<v>[0-9a-fA-F]{8})\b"),
+    "head_count": re.compile(r"\bHead\s+[0-9a-fA-F]{8}\s+Count\s+(?P<v>[0-9a-fA-F]{8})\b"),
 }
-_HEX_HINTS = {"intr": "intr", "engmask": "engmask", "info": "Info", "phys_addr": "physAddr"}
+_HEX_HINTS = {"intr": "intr", "engmask": "engmask", "info": "Info", "phys_addr": "physAddr", "head": "Head",
+              "head_count": "Count"}
 _ERROR_STRING = re.compile(r"\berrorString\s+(?P<v>.*?)(?:,\s*Info\b|$)")
 _GPC = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\)")
 _PARTITION = re.compile(r"\bpartition (?P<p>\d+), subpartition (?P<sp>\d+)")
@@ -61,6 +65,11 @@ _LINK_GENERIC = re.compile(r"\b[Ll]ink (?P<link>-?\d+)\b")
 _CAUSED_BY = re.compile(r"caused by previous Xid (?P<v>\d+)")
 _GSP_FN = re.compile(r"Expected function (?P<fn>\d+) \((?P<name>[A-Z0-9_]+)\)(?: \((?P<a0>0x[0-9a-fA-F]+) (?P<a1>0x[0-9a-fA-F]+)\))?")
 _GSP_TIMEOUT = re.compile(r"Timeout after (?P<s>\d+)s of waiting for RPC response from (?P<gsp>GPU\d+) GSP")
+# Xid 120 and the GSP-CrashCat watchdog line: "GSP task exception: load access page fault
+# (cause:0xd) @ pc:0x140ca4a, partition:4#0, task:3" / "GSP task watchdog timeout @ pc:..., task:3".
+_GSP_TASK = re.compile(
+    r"GSP task [^@]*?(?:\(cause:(?P<cause>0x[0-9a-fA-F]+)\)\s*)?@ pc:(?P<pc>0x[0-9a-fA-F]+), "
+    r"partition:(?P<part>[^,\s]+), task:(?P<task>\d+)")
 _RECOVERY = re.compile(
     r"recovery action changed from (?P<f>0x[0-9a-fA-F]+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+) \((?P<tn>[^)]*)\)")
 _HEXWORD = re.compile(r"0x[0-9a-fA-F]+")
@@ -75,6 +84,11 @@ FALLEN_TAIL_RE = re.compile(r"fallen off the bus")
 GPU_AT_RE = re.compile(
     r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):\s+(?P<uuid>\S+)")
 _UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+RATE_LIMIT_RE = re.compile(
+    r"NVRM: Rate limiting GSP RPC error prints for GPU at (?:PCI:)?"
+    r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?) \(printing 1 of every (?P<n>\d+)\)")
+# The driver banner printed when the kernel module loads: per-GPU driver state starts afresh.
+DRIVER_LOAD_RE = re.compile(r"NVRM: loading NVIDIA UNIX")
 SERIAL_RE = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S*)")
 # Kubernetes device plugin (NVML event, not a kernel line). Xid 999 is the plugin's own sentinel.
 DEVICE_PLUGIN_RE = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^,\s]+)")
@@ -176,16 +190,14 @@ def _payload_fields(p: str, out: dict[str, Any]) -> None:
         if mu:
             out.update(nvlink_unit=mu.group("unit"), nvlink_severity=mu.group("sev").lower().replace("-", ""),
                        nvlink_xc=mu.group("xc"), nvlink_instance=mu.group("inst"), link=int(mu.group("link")))
-            if mu.group("regs") is not None:
-                out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mu.group("regs"))]
+            _set_registers(mu.group("regs"), out)
         else:
             mf = _NVLINK_FATAL.search(p) if "NVLink" in p else None
             if mf:
                 out["link"] = int(mf.group("link"))
                 if mf.group("sev"):
                     out["nvlink_severity"] = mf.group("sev").lower().replace("-", "")
-                if mf.group("regs") is not None:
-                    out["registers"] = [int(x, 16) for x in _HEXWORD.findall(mf.group("regs"))]
+                _set_registers(mf.group("regs"), out)
             else:
                 ml = _LINK_GENERIC.search(p)
                 if ml:
@@ -204,11 +216,25 @@ def _payload_fields(p: str, out: dict[str, Any]) -> None:
         mt = _GSP_TIMEOUT.search(p)
         if mt:
             out.update(rpc_timeout_s=int(mt.group("s")), gsp=mt.group("gsp"))
+    if "GSP task" in p:
+        mgt = _GSP_TASK.search(p)
+        if mgt:
+            out.update(gsp_pc=int(mgt.group("pc"), 16), gsp_partition=mgt.group("part"),
+                       gsp_task=int(mgt.group("task")))
+            if mgt.group("cause"):
+                out["gsp_cause"] = int(mgt.group("cause"), 16)
     if "recovery action" in p:
         mra = _RECOVERY.search(p)
         if mra:
             out.update(recovery_from=int(mra.group("f"), 16), recovery_from_name=mra.group("fn"),
                        recovery_to=int(mra.group("t"), 16), recovery_to_name=mra.group("tn"))
+
+
+def _set_registers(text: str | None, out: dict[str, Any]) -> None:
+    """The register words in ``(0x0, 0x10000, ...)``; none when the list is redacted (``(...)``)."""
+    regs = [int(x, 16) for x in _HEXWORD.findall(text or "")]
+    if regs:
+        out["registers"] = regs
 
 
 def parse_fallen_off_bus(message: str) -> dict[str, Any] | None:
@@ -224,6 +250,16 @@ def parse_fallen_off_bus(message: str) -> dict[str, Any] | None:
         return None
     pci = m.group("pci") or m.group("pci2")
     return {"pci_bus_id": normalize_pci(pci), "pci_ids": m.group("ids")}
+
+
+def parse_rate_limit(message: str) -> tuple[str, int] | None:
+    """``NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 (printing 1 of every 30)``
+    -> (pci_bus_id, 30): from then on the driver prints one GSP RPC error (Xid 119) in N."""
+    m = RATE_LIMIT_RE.search(message)
+    if not m:
+        return None
+    pci = normalize_pci(m.group("pci"))
+    return (pci, int(m.group("n"))) if pci else None
 
 
 def parse_gpu_at(message: str) -> tuple[str, str | None] | None:

@@ -1,0 +1,191 @@
+"""The validator's runner, profiles, report and CLI: exit codes, JSON report, textfile,
+baseline, configuration errors. Checks here are small real modules registered for the test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from nodewarden import exitcodes
+from nodewarden.cli import main
+from nodewarden.validator import checks, profiles, runner
+from nodewarden.validator.base import RunContext
+from nodewarden.validator.result import CheckResult, Measurement, exit_code
+
+
+def _module(name: str, run, needs: tuple[str, ...] = (), defaults: dict | None = None) -> types.ModuleType:
+    mod = types.ModuleType(f"nodewarden.validator.checks.{name}")
+    mod.NAME, mod.NEEDS, mod.DEFAULTS, mod.QUICK, mod.run = name, needs, defaults or {}, {"size": 1}, run
+    return mod
+
+
+@pytest.fixture
+def fake_checks(monkeypatch: pytest.MonkeyPatch):
+    """Replace the suite with three small checks: one measuring a rate, one failing, one raising."""
+    def rate(ctx, params):
+        r = CheckResult("alpha", "pass")
+        r.measure("rate", params["rate"], "B/s", threshold=params.get("min") or None)
+        if r.measurements[0].ok() is False:
+            r.status, r.reason = "fail", f"rate {params['rate']} below {params['min']}"
+        return r
+
+    def boom(ctx, params):
+        raise RuntimeError("sensor exploded")
+
+    mods = {"alpha": _module("alpha", rate, defaults={"rate": 100.0, "min": 0}),
+            "beta": _module("beta", boom),
+            "gamma": _module("gamma", lambda ctx, p: CheckResult("gamma", "pass"), needs=("gpu",))}
+    monkeypatch.setattr(checks, "NAMES", tuple(mods))
+    monkeypatch.setattr(checks, "QUICK_NAMES", ("alpha",))
+    monkeypatch.setattr(checks, "get", lambda name: mods[name])
+    return mods
+
+
+def test_check_modules_match_the_registry() -> None:
+    """The explicit list in checks/__init__ and the modules in the package stay in step."""
+    folder = Path(checks.__file__).parent
+    files = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert sorted(checks.NAMES) == files
+    assert set(checks.QUICK_NAMES) <= set(checks.NAMES)
+    for name in checks.NAMES:
+        mod = checks.get(name)
+        assert mod.NAME == name
+        assert isinstance(mod.NEEDS, tuple) and isinstance(mod.DEFAULTS, dict) and callable(mod.run)
+
+
+def test_exit_code_mapping() -> None:
+    def res(*statuses: str) -> list[CheckResult]:
+        return [CheckResult(f"c{i}", s) for i, s in enumerate(statuses)]
+    assert exit_code(res("pass", "skip", "warn")) == exitcodes.OK
+    assert exit_code(res("pass", "fail", "error")) == exitcodes.UNHEALTHY
+    assert exit_code(res("pass", "error", "skip")) == exitcodes.INCOMPLETE
+    assert exit_code([]) == exitcodes.OK
+
+
+def test_runner_isolates_errors_and_skips_absent_hardware(fake_checks) -> None:
+    ctx = RunContext(profile={"name": "generic"}, device="cpu")
+    results = runner.run_suite(["alpha", "beta", "gamma"], ctx)
+    by = {r.check: r for r in results}
+    assert by["alpha"].status == "pass"
+    assert by["beta"].status == "error" and "sensor exploded" in by["beta"].reason
+    assert by["gamma"].status == "skip" and "GPU" in by["gamma"].reason
+    assert all(r.duration_s >= 0 for r in results)
+
+
+def test_params_merge_order(fake_checks) -> None:
+    ctx = RunContext(profile={"alpha": {"min": 5}}, quick=True)
+    assert runner.params_for("alpha", ctx) == {"rate": 100.0, "min": 5, "size": 1}
+
+
+def test_cli_exit_codes_json_and_drain_line(fake_checks, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    rc = main(["validate", "--profile", "generic", "--checks", "alpha", "--set", "alpha.min=1000",
+               "--json", str(out), "--no-progress"])
+    assert rc == exitcodes.UNHEALTHY
+    text = capsys.readouterr().out
+    assert "DRAIN: nodewarden alpha: rate 100.0 below 1000" in text
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "nodewarden.validate/1" and doc["exit_code"] == 1 and doc["profile"] == "generic"
+    (check,) = doc["checks"]
+    assert check["status"] == "fail"
+    assert check["measurements"] == [{"name": "rate", "value": 100.0, "unit": "B/s", "threshold": 1000,
+                                      "op": ">=", "device": None}]
+
+
+def test_cli_usage_errors_exit_2(fake_checks, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--checks", "alpha,nope", "--no-progress"]) == exitcodes.USAGE
+    assert "unknown check(s) nope" in capsys.readouterr().err
+    assert main(["validate", "--profile", "b200_magic", "--no-progress"]) == exitcodes.USAGE
+    assert "unknown profile 'b200_magic'" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[checks.omega]\nmin = 1\n")
+    assert main(["validate", "--config", str(bad), "--no-progress"]) == exitcodes.USAGE
+    assert "checks.omega: unknown check" in capsys.readouterr().err
+    bad.write_text("[checks.alpha\n")
+    assert main(["validate", "--config", str(bad), "--no-progress"]) == exitcodes.USAGE
+    assert "invalid TOML" in capsys.readouterr().err
+
+
+def test_cli_error_only_run_exits_3(fake_checks) -> None:
+    assert main(["validate", "--profile", "generic", "--checks", "beta", "--no-progress"]) == exitcodes.INCOMPLETE
+
+
+def test_baseline_recorded_then_enforced(fake_checks, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "baseline.json"
+    assert main(["validate", "--profile", "generic", "--checks", "alpha", "--baseline", str(base), "--no-progress"]) == 0
+    assert json.loads(base.read_text())["checks"] == {"alpha": {"rate": 100.0}}
+    # Same speed: passes, and the ratio is reported.
+    out = tmp_path / "r.json"
+    assert main(["validate", "--profile", "generic", "--checks", "alpha", "--baseline", str(base), "--json", str(out),
+                 "--no-progress"]) == 0
+    ratio = [m for m in json.loads(out.read_text())["checks"][0]["measurements"] if m["name"] == "rate_vs_baseline"]
+    assert ratio[0]["value"] == 1.0 and ratio[0]["threshold"] == 0.9
+    # 20 % slower than its own baseline: the node is drained even without a profile threshold.
+    assert main(["validate", "--profile", "generic", "--checks", "alpha", "--baseline", str(base),
+                 "--set", "alpha.rate=80.0", "--no-progress"]) == exitcodes.UNHEALTHY
+    assert "80% of baseline" in capsys.readouterr().out
+    # ... unless the tolerance allows it.
+    assert main(["validate", "--profile", "generic", "--checks", "alpha", "--baseline", str(base),
+                 "--set", "alpha.rate=80.0", "--tolerance", "0.25", "--no-progress"]) == exitcodes.OK
+
+
+def test_textfile_is_valid_prometheus(fake_checks, tmp_path: Path) -> None:
+    assert main(["validate", "--profile", "generic", "--checks", "alpha,gamma", "--textfile", str(tmp_path),
+                 "--no-progress"]) == 0
+    prom = (tmp_path / "nodewarden_validator.prom").read_text()
+    assert 'nodewarden_validator_check_status{check="alpha",status="pass"} 1.0' in prom
+    assert 'nodewarden_validator_check_status{check="gamma",status="skip"} 1.0' in prom
+    assert 'nodewarden_validator_check_status{check="gamma",status="pass"} 0.0' in prom
+    assert 'nodewarden_validator_check_value{check="alpha",device="",metric="rate",unit="B/s"} 100.0' in prom
+    assert "nodewarden_validator_last_run_timestamp_seconds" in prom
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    proc = subprocess.run([promtool, "check", "metrics"], input=prom, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("product, expected", [
+    ("NVIDIA A100-PCIE-40GB", "a100_pcie_40gb"),
+    ("NVIDIA A100-SXM4-80GB", "a100_sxm4_80gb"),
+    ("NVIDIA H100 80GB HBM3", "h100_sxm5_80gb"),
+    ("NVIDIA H200", "h200_sxm_141gb"),
+    ("NVIDIA GeForce RTX 4090", "generic"),
+    (None, "generic"),
+])
+def test_profile_auto_match(product: str | None, expected: str) -> None:
+    assert profiles.match(product) == expected
+    assert profiles.resolve("auto", product=product or "")["name"] == expected
+
+
+def test_every_profile_has_a_table_per_check() -> None:
+    for name in profiles.names():
+        prof = profiles.load(name)
+        assert prof["name"] == name
+        for check in checks.NAMES:
+            assert isinstance(prof.get(check), dict), (name, check)
+        for table in (prof[c] for c in checks.NAMES):
+            for key, value in table.items():
+                assert isinstance(value, (int, float, str, bool)), (name, key)
+
+
+def test_measurement_ok() -> None:
+    assert Measurement("x", 5, "B/s", threshold=4).ok() is True
+    assert Measurement("x", 3, "B/s", threshold=4).ok() is False
+    assert Measurement("x", 3, "s", threshold=4, op="<=").ok() is True
+    assert Measurement("x", "n/a", "", threshold=4).ok() is None
+    assert Measurement("x", 3, "B/s").ok() is None
+
+
+def test_validate_never_imports_heavy_modules_for_usage_errors() -> None:
+    """`nodewarden validate --list` (and the agent) must not pull in torch or pandas."""
+    code = ("import sys; from nodewarden.cli import main; main(['validate', '--list']); "
+            "print('torch' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "False False"
