@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install what the whole test suite needs, then run it. Usage: sh tests/run.sh [pytest args]
 # - promtool (Debian's prometheus package) for the /metrics lint, when running as root with apt;
-# - nodewarden with its [test] extra (pytest, pandas, pyarrow, matplotlib, hyperscan).
+# - PyTorch's CPU build for the validator's compute checks;
+# - nodewarden with its [test] extra (pytest, pandas, pyarrow, matplotlib, hyperscan, rich).
 set -eu
 cd "$(dirname "$0")/.."
 if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -10,5 +11,10 @@ if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
         || echo "warning: could not install prometheus/promtool; its checks will be skipped" >&2
 fi
 # No virtual environment: install into this Python, as on a GPU node's image.
-PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The validator's compute checks run on PyTorch's CPU build here (GPU nodes bring their own
+# CUDA build); without torch those tests are skipped, never faked.
+python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0 \
+    || echo "warning: torch not installed; the compute-check tests will be skipped" >&2
+python3 -m pip install -q -e '.[test]'
 exec python3 -m pytest "$@"

@@ -110,6 +110,18 @@ class KernelLogParser:
         self.stats.events += len(out)
         return out
 
+    def pending_seqs(self) -> tuple[int, ...]:
+        """Sequence numbers (kmsg ``seq``) of the records that began events still held: an MCE
+        record waiting for its last line, the first half of a split text-only Xid 79. A reader
+        that persists a cursor must not count those records as done."""
+        seqs: set[int] = set()
+        if self._pending_mce is not None and self._pending_mce.attrs.get("seq") is not None:
+            seqs.add(int(self._pending_mce.attrs["seq"]))
+        for rec, _fields, _idx in self._pending_fallen.values():
+            if rec.seq is not None:
+                seqs.add(rec.seq)
+        return tuple(sorted(seqs))
+
     def flush(self) -> list[FaultEvent]:
         """Events still held (an MCE record without its last line, a split Xid 79)."""
         out: list[FaultEvent] = []

@@ -1,0 +1,249 @@
+"""Follow ``/dev/kmsg``: read records, parse them into FaultEvents, count, journal, persist;
+each event counted exactly once across restarts and crashes.
+
+How "exactly once" works (see also :mod:`nodewarden.agent.state`):
+
+* At start the whole ring buffer is read again, oldest record first, and fed to a fresh parser,
+  so that multi-record state (an MCE record's lines, the two forms of an Xid 79, Xid 94/95
+  channel lines) is rebuilt exactly as it was. Only the *events* are filtered: an event whose
+  first record has ``seq <= cursor.seq`` of the same boot was counted before, unless that seq
+  is in ``cursor.held`` (the parser still held it when the cursor was written).
+* A different boot id (or, when the boot id is unknown, a buffer that ends before the cursor)
+  is a reboot: every event in the buffer is new.
+* Records logged while the agent was down are in the buffer after the cursor: counted.
+  Records the buffer dropped meanwhile show as a gap in sequence numbers: counted in
+  ``nodewarden_collector_kmsg_lost_records_total``.
+
+The record source is a parameter (:class:`RecordSource`): :class:`~nodewarden.collectors.kernel_log.KmsgReader`
+on ``/dev/kmsg`` in the agent, a list of recorded records in unit tests.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from typing import Any, Callable, Iterable, Protocol
+
+from nodewarden.agent import exporter as ex
+from nodewarden.agent.exporter import Counters
+from nodewarden.agent.state import AgentState, KmsgPosition, StateStore, event_key
+from nodewarden.events import FaultEvent
+from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
+from nodewarden.parsing.stream import KernelLogParser
+
+log = logging.getLogger(__name__)
+
+READ_LIMIT = 10_000  # records handled per batch (a batch is journaled and persisted as one)
+CURSOR_COMMIT_S = 5.0  # a cursor that moved over records without events is saved this late at most
+RETRY_S = 5.0  # after a failed state.json write, the next try comes this much later at the earliest
+# At start, an incomplete record (MCE head without its last line) at the end of the buffer is
+# completed at once when the buffer's newest record is older than this: its lines are not coming.
+STALE_HELD_S = 2.0  # = the MCE line window of nodewarden.parsing.stream (MCE_WINDOW_S)
+
+
+def boottime_now() -> float:
+    """Seconds since boot on CLOCK_BOOTTIME, the clock of /dev/kmsg timestamps."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+class RecordSource(Protocol):
+    """What the follower needs from a kmsg reader (KmsgReader's interface)."""
+
+    boot_id: str | None
+    overruns: int
+
+    def read_available(self, limit: int = ...) -> list[str]: ...
+
+    def wait(self, timeout: float) -> bool: ...
+
+
+def record_head(text: str) -> tuple[int | None, int | None]:
+    """(seq, usec) from a raw kmsg record ``prio,seq,usec,flags;msg``; None for a field not there."""
+    head = text.split(";", 1)[0].split(",", 3)
+    out: list[int | None] = []
+    for i in (1, 2):
+        try:
+            out.append(int(head[i]))
+        except (IndexError, ValueError):
+            out.append(None)
+    return out[0], out[1]
+
+
+def held_seqs(parser: KernelLogParser) -> tuple[int, ...]:
+    """Sequence numbers of records that began events ``parser`` still holds (an MCE record
+    waiting for its ``PROCESSOR`` line, the first half of a split "fallen off the bus" Xid 79).
+    Such an event is counted only when completed, so the cursor must remember it."""
+    return parser.pending_seqs()
+
+
+def counted_before(event: FaultEvent, pos: KmsgPosition | None) -> bool:
+    """True when ``event`` was already counted according to the saved position ``pos`` (same
+    boot, its first record at or before the cursor and not held). ``pos`` None: nothing was."""
+    if pos is None:
+        return False
+    seq = event.attrs.get("seq")
+    if seq is None or event.attrs.get("boot_id") != pos.boot_id:
+        return False
+    return int(seq) <= pos.seq and int(seq) not in pos.held
+
+
+class KmsgFollower:
+    """The kernel-log collector of the agent.
+
+    source: records (KmsgReader). counters: where increments go. store: journal and state.json.
+    host: host label of events. gpu_of: PCI bus id -> ``gpu`` label (:class:`~nodewarden.agent.exporter.GpuMinors`).
+    boot_time: wall time of boot (kmsg stamps are seconds since boot). position: the saved cursor.
+    journaled: keys of events already in the journal but not counted in ``state.json`` (crash
+    between the two writes): counted again, not journaled again. clock: seconds since boot now
+    (CLOCK_BOOTTIME), to tell at start whether the newest record is old.
+    """
+
+    def __init__(self, source: RecordSource, counters: Counters, store: StateStore, *, host: str | None,
+                 gpu_of: Callable[[str | None], str], boot_time: dt.datetime | None,
+                 position: KmsgPosition | None, journaled: Iterable[tuple[Any, ...]] = (),
+                 clock: Callable[[], float] = boottime_now) -> None:
+        self.source = source
+        self.counters = counters
+        self.store = store
+        self.gpu_of = gpu_of
+        self.boot_time = boot_time
+        self.parser = KernelLogParser(host=host, source="kmsg")
+        self.ctx = TimeContext.make(boot_time=boot_time)
+        self.boot_id = source.boot_id
+        same_boot = position is not None and position.boot_id == source.boot_id
+        if position is not None and not same_boot:
+            log.info("boot id changed (%s -> %s): counting the whole kernel ring buffer",
+                     position.boot_id, source.boot_id)
+        self.resume = position if same_boot else None
+        self.journaled = frozenset(journaled) if same_boot else frozenset()
+        self.seq: int | None = position.seq if same_boot and position is not None else None
+        self.clock = clock
+        self.last_record_time: dt.datetime | None = None
+        self.last_record_mono: float | None = None  # kmsg stamp (s since boot) of the newest record
+        self.events_counted = 0
+        self._overruns_seen = source.overruns
+        self._counts_dirty = False  # counters changed since the last state.json write
+        self._cursor_dirty = False  # only the cursor moved
+        self._saved_at = time.monotonic()
+        self._retry_at = 0.0
+
+    # -- one batch -------------------------------------------------------------------------
+    def catch_up(self) -> int:
+        """At start: read the whole ring buffer, count what was not counted before, persist.
+        Returns events counted. Raises OSError from the source."""
+        t0 = time.monotonic()
+        records: list[str] = []
+        while True:
+            batch = self.source.read_available(100_000)
+            if not batch:
+                break
+            records.extend(batch)
+        if self.resume is not None and records:
+            newest = max((s for s in (record_head(r)[0] for r in records) if s is not None), default=None)
+            if newest is not None and newest < self.resume.seq:
+                log.info("kernel ring buffer ends at seq %d, before the saved cursor %d: a reboot; "
+                         "counting the whole buffer", newest, self.resume.seq)
+                self.resume, self.journaled, self.seq = None, frozenset(), None
+        n = len(self.handle(records))
+        if held_seqs(self.parser) and (self.last_record_mono is None
+                                       or self.clock() - self.last_record_mono > STALE_HELD_S):
+            n += len(self.take(self.parser.flush()))
+        self.commit(force=True)
+        self._timing(t0)
+        return n
+
+    def poll(self, timeout: float = 0.5) -> int:
+        """Wait up to ``timeout`` seconds for records; handle and persist what came. When nothing
+        came and the parser holds an incomplete record, flush it (an MCE record completes on idle).
+        Returns events counted. Raises OSError from the source."""
+        ready = self.source.wait(timeout)
+        t0 = time.monotonic()
+        n = 0
+        worked = True
+        if ready:
+            n = len(self.handle(self.source.read_available(READ_LIMIT)))
+        elif held_seqs(self.parser):
+            n = len(self.take(self.parser.flush()))
+        else:
+            worked = False
+        self.commit()
+        if worked:
+            self._timing(t0)
+        return n
+
+    def handle(self, records: list[str]) -> list[FaultEvent]:
+        """Parse raw records, then :meth:`take` the events. Returns the events counted."""
+        events: list[FaultEvent] = []
+        lost = 0
+        for text in records:
+            seq, usec = record_head(text)
+            if seq is not None:
+                if self.seq is not None and seq > self.seq + 1:
+                    lost += seq - self.seq - 1
+                if self.seq is None or seq > self.seq:
+                    self.seq = seq
+            if usec is not None:
+                self.last_record_mono = usec / 1e6
+                if self.boot_time is not None:
+                    self.last_record_time = self.boot_time + dt.timedelta(microseconds=usec)
+            rec = parse_kmsg_record(text, self.ctx, self.boot_id)
+            if rec is not None:
+                events.extend(self.parser.feed(rec))
+        if lost:
+            log.warning("/dev/kmsg: %d record(s) lost (sequence gap)", lost)
+            self.counters.add(ex.LOST, (), float(lost))
+        overruns = self.source.overruns - self._overruns_seen
+        if overruns:
+            self.counters.add(ex.OVERRUNS, (), float(overruns))
+            self._overruns_seen = self.source.overruns
+        if lost or overruns:
+            self._counts_dirty = True
+        elif records:
+            self._cursor_dirty = True
+        return self.take(events)
+
+    def take(self, events: list[FaultEvent]) -> list[FaultEvent]:
+        """Count the events not counted before this start and journal the ones not journaled yet.
+        Returns the events counted."""
+        new = [e for e in events if not counted_before(e, self.resume)]
+        for e in new:
+            self.counters.add_all(ex.increments(e, self.gpu_of))
+        self.events_counted += len(new)
+        to_journal = [e for e in new if event_key(e) not in self.journaled] if self.journaled else new
+        if to_journal:
+            self.store.journal(to_journal)
+        if new:
+            self._counts_dirty = True
+        return new
+
+    def position(self) -> KmsgPosition | None:
+        """The cursor to save now."""
+        if self.seq is None:
+            return None
+        return KmsgPosition(self.boot_id, self.seq, held_seqs(self.parser))
+
+    def commit(self, force: bool = False) -> bool:
+        """Write ``state.json`` (cursor + counters) when due. True when written.
+
+        Due: at once when counters changed (they and the cursor must reach the disk together);
+        within :data:`CURSOR_COMMIT_S` when only the cursor moved (records without events: a
+        crash then only re-reads them); after a failed write, not before :data:`RETRY_S`.
+        """
+        now = time.monotonic()
+        due = force or (now >= self._retry_at and (
+            self._counts_dirty or (self._cursor_dirty and now - self._saved_at >= CURSOR_COMMIT_S)))
+        if not due:
+            return False
+        ok = self.store.save(AgentState(kmsg=self.position(), counters=self.counters.to_json()))
+        self.counters.set(ex.STATE_ERRORS, (), float(self.store.write_errors))
+        if ok:
+            self._counts_dirty = self._cursor_dirty = False
+            self._saved_at = now
+            self._retry_at = 0.0
+        else:
+            self._retry_at = now + RETRY_S
+        return ok
+
+    def _timing(self, t0: float) -> None:
+        self.counters.set(ex.DURATION, (ex.KERNEL_LOG,), time.monotonic() - t0)

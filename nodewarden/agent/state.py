@@ -1,0 +1,352 @@
+"""The agent's state directory: ``state.json`` (kmsg cursor and counter values, one file so that
+both change together) and the event journal (``events-YYYY-MM-DD.jsonl``).
+
+Why one file: the cursor says which records are already in the counters. Written together,
+atomically (temp file, fsync, ``os.replace``, fsync of the directory), a restart or a crash at
+any instant finds a cursor and counters that agree: no event lost, none counted twice.
+
+Order per batch of records: journal lines appended (and fsynced) first, then ``state.json``.
+A crash between the two leaves journal lines for events that ``state.json`` does not count
+yet; on restart those events are counted again from ``/dev/kmsg`` but not journaled again
+(:func:`journaled_keys`).
+
+A read-only or full state directory does not stop the agent: :class:`StateStore` counts the
+failed writes (``nodewarden_collector_state_write_errors_total``), logs when writing starts or
+stops failing, and reports ``writable`` for ``/healthz``; counting goes on in memory.
+
+File layout (``state.json``, ``"format": 1``)::
+
+    {"format": 1,
+     "kmsg": {"boot_id": "<uuid>", "seq": 1234, "held": [1230]},
+     "counters": [{"name": "nodewarden_...", "labels": {...}, "value": 3.0}, ...],
+     "written": "2026-11-29T10:00:00Z", "version": "0.1.0"}
+
+``kmsg.seq`` is the last ``/dev/kmsg`` record fed to the parser; ``kmsg.held`` the sequence
+numbers of records that began events the parser still held (an MCE record waiting for its last
+line): those are not counted yet although ``<= seq``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+from nodewarden import __version__
+from nodewarden.events import XID, FaultEvent, iso_utc
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+FORMAT = 1
+JOURNAL_GLOB = "events-*.jsonl"
+JOURNAL_SCAN_BYTES = 4 << 20  # tail of each recent journal file read at start (journaled_keys)
+JOURNAL_SCAN_FILES = 2  # newest journal files read at start (an event's day may differ by one)
+
+
+class StateDirError(Exception):
+    """The state directory cannot be used at all (not a directory, cannot be created or read)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KmsgPosition:
+    """Where the kernel-log follower stands: ``boot_id`` (``/proc/sys/kernel/random/boot_id``),
+    ``seq`` (last record fed to the parser) and ``held`` (seqs of records whose events the parser
+    still held, hence not counted yet)."""
+
+    boot_id: str | None
+    seq: int
+    held: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass
+class AgentState:
+    """The content of ``state.json``: the kmsg position and the persisted counter series
+    (as :meth:`nodewarden.agent.exporter.Counters.to_json` writes them)."""
+
+    kmsg: KmsgPosition | None = None
+    counters: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"format": FORMAT, "version": __version__,
+                             "written": iso_utc(dt.datetime.now(dt.timezone.utc)), "kmsg": None,
+                             "counters": self.counters}
+        if self.kmsg is not None:
+            d["kmsg"] = {"boot_id": self.kmsg.boot_id, "seq": self.kmsg.seq, "held": list(self.kmsg.held)}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AgentState:
+        """Raises ValueError when ``d`` is not a state of a known format."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise ValueError(f"unknown state format {d.get('format') if isinstance(d, dict) else type(d).__name__!r}")
+        k = d.get("kmsg")
+        pos = None
+        if k is not None:
+            try:
+                pos = KmsgPosition(boot_id=k.get("boot_id"), seq=int(k["seq"]),
+                                   held=tuple(int(s) for s in k.get("held") or ()))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ValueError(f"bad kmsg cursor {k!r}") from e
+        counters = d.get("counters") or []
+        if not isinstance(counters, list):
+            raise ValueError("counters is not a list")
+        return cls(kmsg=pos, counters=counters)
+
+
+# ---------------------------------------------------------------------------------------------
+# Directory, atomic write, load
+
+def prepare_state_dir(path: str | os.PathLike[str]) -> Path:
+    """Create the directory (mode 0750, parents too) when missing; return it.
+
+    Raises StateDirError naming the path when it is not a directory, cannot be created, or cannot
+    be read. A directory that exists but is read-only is accepted (the agent runs on, see module doc).
+    """
+    p = Path(path)
+    try:
+        p.mkdir(mode=0o750, parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StateDirError(f"{p}: exists and is not a directory") from None
+    except OSError as e:
+        if not p.is_dir():
+            raise StateDirError(f"{p}: cannot create: {e.strerror or e}") from e
+    if not p.is_dir():
+        raise StateDirError(f"{p}: not a directory")
+    try:
+        os.listdir(p)
+        sf = p / STATE_FILE
+        if sf.exists():
+            with open(sf, "rb"):
+                pass
+    except OSError as e:
+        raise StateDirError(f"{p}: cannot read: {e.strerror or e}") from e
+    return p
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a reader (or a crash) sees the old or the new content,
+    never a mix: write a temp file in the same directory, fsync it, ``os.replace``, fsync the
+    directory. Raises OSError (EROFS, ENOSPC, EACCES...); the temp file is removed on failure."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_state(state_dir: Path) -> AgentState:
+    """The saved state, or an empty one when there is none.
+
+    Only ``state.json`` is read: temp files left by a crash mid-write are ignored. A corrupt or
+    foreign file is logged, renamed ``state.json.corrupt`` when the directory allows, and an
+    empty state returned (counting starts over; the journal keeps the history).
+    Raises OSError when the file exists but cannot be read.
+    """
+    path = state_dir / STATE_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return AgentState()
+    try:
+        return AgentState.from_dict(json.loads(data))
+    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        log.error("%s: unreadable state (%s); starting from empty counters", path, e)
+        try:
+            os.replace(path, path.with_name(STATE_FILE + ".corrupt"))
+        except OSError:
+            pass
+        return AgentState()
+
+
+def remove_temp_files(state_dir: Path) -> int:
+    """Delete ``state.json.tmp-*`` files a crash left behind. Returns how many. Never raises."""
+    n = 0
+    try:
+        for p in state_dir.glob(STATE_FILE + ".tmp-*"):
+            try:
+                p.unlink()
+                n += 1
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Journal
+
+def journal_path(state_dir: Path, when: dt.datetime) -> Path:
+    """``<state_dir>/events-YYYY-MM-DD.jsonl`` for the UTC date of ``when``."""
+    return state_dir / f"events-{when.astimezone(dt.timezone.utc):%Y-%m-%d}.jsonl"
+
+
+def append_journal(state_dir: Path, events: Iterable[FaultEvent], now: dt.datetime | None = None) -> int:
+    """Append events as JSON lines (:meth:`FaultEvent.to_json`) to the journal file of each event's
+    UTC date (``now`` for an undated event), fsync each file. Returns lines written.
+
+    A file whose last line was cut by a crash or a full disk gets a newline first, so that one
+    torn line never swallows the next. Raises OSError.
+    """
+    now = now or dt.datetime.now(dt.timezone.utc)
+    by_file: dict[Path, list[str]] = {}
+    for e in events:
+        by_file.setdefault(journal_path(state_dir, e.time or now), []).append(e.to_json())
+    n = 0
+    for path, lines in sorted(by_file.items()):
+        data = ("\n".join(lines) + "\n").encode()
+        with open(path, "a+b") as f:
+            end = f.seek(0, os.SEEK_END)
+            if end:
+                f.seek(end - 1)
+                if f.read(1) != b"\n":
+                    data = b"\n" + data
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        n += len(lines)
+    return n
+
+
+def event_key(e: FaultEvent) -> tuple[Any, ...] | None:
+    """Identity of a kmsg event across a restart: (boot_id, seq of its first record, kind, code);
+    None for an event without a kmsg sequence number."""
+    seq = e.attrs.get("seq")
+    if seq is None:
+        return None
+    return (e.attrs.get("boot_id"), int(seq), e.kind, e.code if e.kind == XID else None)
+
+
+def journaled_keys(state_dir: Path, pos: KmsgPosition | None) -> frozenset[tuple[Any, ...]]:
+    """Keys (:func:`event_key`) of journaled events that ``pos`` does not count yet: same boot,
+    and ``seq > pos.seq`` or in ``pos.held``. Reads the tail of the newest journal files only.
+    Never raises (an unreadable journal gives an empty set: at worst a line journaled twice)."""
+    if pos is None:
+        return frozenset()
+    found: set[tuple[Any, ...]] = set()
+    try:
+        files = sorted(state_dir.glob(JOURNAL_GLOB))[-JOURNAL_SCAN_FILES:]
+    except OSError:
+        return frozenset()
+    held = set(pos.held)
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(0, size - JOURNAL_SCAN_BYTES))
+                tail = f.read()
+        except OSError:
+            continue
+        for line in tail.splitlines():
+            try:
+                d = json.loads(line)
+                attrs = d.get("attrs") or {}
+                seq = attrs.get("seq")
+                if seq is None or attrs.get("boot_id") != pos.boot_id:
+                    continue
+                if int(seq) > pos.seq or int(seq) in held:
+                    found.add((pos.boot_id, int(seq), d.get("kind"), d.get("xid")))
+            except (ValueError, TypeError, AttributeError):
+                continue  # a torn line at the start of the tail, or one cut by a crash
+    return frozenset(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# The store: writes that may fail without stopping the agent
+
+class StateStore:
+    """Writes ``state.json`` and the journal under ``state_dir``; failures are counted, logged once
+    per failing spell, and never raised.
+
+    Attributes: ``write_errors`` (failed writes since start), ``writable`` (the last write worked,
+    or a start-up probe did), ``last_error`` (text of the last failure, or None).
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir
+        self.write_errors = 0
+        self.writable = True
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+
+    def probe(self) -> bool:
+        """Try to create and remove a file in the directory; sets and returns ``writable``."""
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=STATE_FILE + ".tmp-", dir=self.dir)
+            os.close(fd)
+            os.unlink(tmp)
+        except OSError as e:
+            self._failed("probe", e)
+            return False
+        self._ok()
+        return True
+
+    def save(self, state: AgentState) -> bool:
+        """Write ``state.json`` atomically. True on success."""
+        data = json.dumps(state.to_dict(), separators=(",", ":"), sort_keys=True).encode()
+        try:
+            write_atomic(self.dir / STATE_FILE, data)
+        except OSError as e:
+            self._failed(STATE_FILE, e)
+            return False
+        self._ok()
+        return True
+
+    def journal(self, events: list[FaultEvent]) -> bool:
+        """Append ``events`` to the journal. True on success (and when there is nothing to write)."""
+        if not events:
+            return True
+        try:
+            append_journal(self.dir, events)
+        except OSError as e:
+            self._failed("journal", e)
+            return False
+        return True
+
+    def _failed(self, what: str, e: OSError) -> None:
+        with self._lock:
+            self.write_errors += 1
+            was = self.writable
+            self.writable = False
+            self.last_error = f"{what}: {e.strerror or e}"
+        if was:
+            log.error("state directory %s: cannot write %s: %s; counting goes on in memory "
+                      "(nodewarden_collector_state_write_errors_total)", self.dir, what, e.strerror or e)
+        else:
+            log.debug("state directory %s: cannot write %s: %s", self.dir, what, e)
+
+    def _ok(self) -> None:
+        with self._lock:
+            was = self.writable
+            self.writable = True
+        if not was:
+            log.warning("state directory %s: writable again", self.dir)

@@ -1,0 +1,180 @@
+"""The agent's /metrics text for a known set of kernel-log lines, read back with
+prometheus_client's own parser: exact values, label sets, order, and the gpu label from a
+procfs tree laid out as the NVIDIA driver lays out ``/proc/driver/nvidia/gpus``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodewarden import __version__
+from nodewarden.agent import exporter as ex
+from nodewarden.agent.exporter import Counters, GpuMinors, increments, make_registry
+from nodewarden.parsing.stream import KernelLogParser
+
+# dmesg lines, one per fault family the agent counts (formats as in ../shared/reference/real_log_cases.md)
+LINES = [
+    "[ 1001.000001] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit "
+    "error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
+    "[ 1001.500000] NVRM: Xid (PCI:0000:07:00): 48, pid=1234, name=python3, An uncorrectable double bit error",
+    "[ 1002.000000] NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system has fallen "
+    "off the bus and is not responding to commands.",
+    "[ 1003.000000] EDAC MC0: 3 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 "
+    "page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 ha:0 "
+    "channel_mask:4 rank:0)",
+    "[ 1003.100000] EDAC MC1: 1 UE memory read error on CPU_SrcID#1_Ha#0_Chan#0_DIMM#1 (channel:0 slot:1 "
+    "page:0x1 offset:0x0 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0090 socket:1 ha:0 channel_mask:1 rank:0)",
+    "[ 1004.000000] mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 7: 9c00004000010091",
+    "[ 1004.000001] mce: [Hardware Error]: TSC 12ab ADDR 2ffd4a3c0 MISC 140401086",
+    "[ 1004.000002] mce: [Hardware Error]: PROCESSOR 0:806f8 TIME 1732700000 SOCKET 0 APIC 0 microcode 2b000571",
+    "[ 1005.000000] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link DOWN",
+    "[ 1005.900000] mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE",
+    "[ 1006.000000] mlx5_core 0000:53:00.0 enp83s0f0np0: Link down",
+]
+
+
+@pytest.fixture
+def procfs(tmp_path: Path) -> Path:
+    """``<tmp>/driver/nvidia/gpus/0000:07:00.0/information`` as the 5xx drivers write it."""
+    d = tmp_path / "driver" / "nvidia" / "gpus" / "0000:07:00.0"
+    d.mkdir(parents=True)
+    (d / "information").write_text(
+        "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 218\nGPU UUID: \t GPU-1c8b8a3e-0000-0000-0000-000000000000\n"
+        "Video BIOS: \t 96.00.74.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
+        "Bus Location: \t 0000:07:00.0\nDevice Minor: \t 3\nGPU Firmware: \t 535.129.03\nGPU Excluded:\t No\n")
+    return tmp_path
+
+
+def scrape(counters: Counters) -> dict[tuple[str, frozenset], float]:
+    text = generate_latest(make_registry(counters.snapshot)).decode()
+    out: dict[tuple[str, frozenset], float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def key(name: str, **labels: str) -> tuple[str, frozenset]:
+    return (name, frozenset(labels.items()))
+
+
+def count(lines: list[str], gpu_of: GpuMinors) -> Counters:
+    c = Counters()
+    parser = KernelLogParser(host="node01", source="file")
+    for e in parser.feed_lines(lines):
+        c.add_all(increments(e, gpu_of))
+    return c
+
+
+def test_known_events_give_exact_series(procfs: Path) -> None:
+    s = scrape(count(LINES, GpuMinors(procfs)))
+    expected = {
+        key("nodewarden_gpu_xid_errors_total", gpu="3", pci_bus_id="0000:07:00.0", xid="48", category="uncorrectable"): 2,
+        key("nodewarden_gpu_xid_errors_total", gpu="", pci_bus_id="0000:b3:00.0", xid="79", category="uncorrectable"): 1,
+        key("nodewarden_edac_correctable_errors_total", controller="mc0", dimm="CPU_SrcID#0_Ha#0_Chan#2_DIMM#0"): 3,
+        key("nodewarden_edac_uncorrectable_errors_total", controller="mc1", dimm="CPU_SrcID#1_Ha#0_Chan#0_DIMM#1"): 1,
+        key("nodewarden_mce_events_total", type="corrected"): 1,
+        key("nodewarden_ib_link_events_total", device="mlx5_3", port="1", state="DOWN"): 1,
+        key("nodewarden_ib_link_events_total", device="mlx5_3", port="1", state="ACTIVE"): 1,
+        key("nodewarden_collector_events_total", collector="kernel_log", kind="xid"): 3,
+        key("nodewarden_collector_events_total", collector="kernel_log", kind="cpu_ecc"): 2,
+        key("nodewarden_collector_events_total", collector="kernel_log", kind="mce"): 1,
+        key("nodewarden_collector_events_total", collector="kernel_log", kind="ib_link_down"): 1,
+        key("nodewarden_collector_events_total", collector="kernel_log", kind="ib_link_up"): 1,
+        key("nodewarden_collector_events_total", collector="kernel_log", kind="net_link_down"): 1,
+        key("nodewarden_build_info", version=__version__): 1,
+    }
+    assert s == expected
+
+
+def test_unparsed_lines_are_counted() -> None:
+    lines = ["[ 1.0] NVRM: Xid (PCI:0000:07:00): banana, something the parser cannot read"]
+    s = scrape(count(lines, GpuMinors("/nonexistent")))
+    assert s[key("nodewarden_collector_unparsed_lines_total", collector="kernel_log")] == 1
+    assert s[key("nodewarden_collector_events_total", collector="kernel_log", kind="unparsed")] == 1
+
+
+def test_every_family_is_described_and_typed() -> None:
+    text = generate_latest(make_registry(Counters().snapshot)).decode()
+    for fam in ex.FAMILIES:
+        # prometheus_client writes a counter's TYPE/HELP with or without `_total` by version
+        names = (fam.name, fam.name[: -len("_total")]) if fam.type == "counter" else (fam.name,)
+        assert any(f"# TYPE {n} {fam.type}\n" in text for n in names), fam.name
+        assert any(f"# HELP {n} " in text for n in names), fam.name
+    for fam in ex.FAMILIES:
+        assert fam.name.startswith("nodewarden_")
+        assert fam.name.endswith("_total") == (fam.type == "counter"), fam.name
+
+
+def test_samples_are_sorted_by_labels(procfs: Path) -> None:
+    c = Counters()
+    for bus in ("0000:b3:00.0", "0000:07:00.0", "0000:41:00.0"):
+        for code in ("79", "13", "48"):
+            c.add(ex.XID, ("", bus, code, "x"))
+    text = generate_latest(make_registry(c.snapshot)).decode()
+    lines = [ln for ln in text.splitlines() if ln.startswith("nodewarden_gpu_xid_errors_total{")]
+    assert lines == sorted(lines) and len(lines) == 9
+
+
+def test_gpu_minor_from_procfs(procfs: Path) -> None:
+    g = GpuMinors(procfs)
+    assert g("0000:07:00.0") == "3"
+    assert g("0000:08:00.0") == ""  # no such GPU directory
+    assert g(None) == "" and g("") == "" and g("../../etc") == ""
+    bad = procfs / "driver" / "nvidia" / "gpus" / "0000:09:00.0"
+    bad.mkdir()
+    (bad / "information").write_text("Model: \t\t NVIDIA H100\n")  # no Device Minor line
+    assert g("0000:09:00.0") == ""
+
+
+def test_counters_json_round_trip_keeps_only_persisted_series() -> None:
+    c = Counters()
+    c.add(ex.EDAC_CE, ("mc0", "DIMM_A1"), 3)
+    c.add(ex.OVERRUNS, (), 2)
+    c.set(ex.SUCCESS, ("kernel_log",), 1)
+    c.set(ex.STATE_ERRORS, (), 5)
+    items = c.to_json()
+    assert {i["name"] for i in items} == {ex.EDAC_CE.name, ex.OVERRUNS.name}
+    d = Counters()
+    assert d.load_json(items + [{"name": "nodewarden_gone_total", "labels": {}, "value": 1},
+                                {"name": ex.MCE.name, "labels": {"kind": "x"}, "value": 1}]) == 2
+    assert d.get(ex.EDAC_CE, ("mc0", "DIMM_A1")) == 3 and d.get(ex.OVERRUNS) == 2
+
+
+def test_label_count_mismatch_is_refused() -> None:
+    with pytest.raises(ValueError):
+        Counters().add(ex.MCE, ("corrected", "extra"))
+
+
+def test_a_failing_snapshot_serves_the_previous_one() -> None:
+    c = Counters()
+    c.add(ex.MCE, ("corrected",), 4)
+    calls = {"n": 0}
+
+    def snap():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("boom")
+        return c.snapshot()
+
+    reg = make_registry(snap)
+    first = generate_latest(reg)
+    assert generate_latest(reg) == first
+    assert b'nodewarden_mce_events_total{type="corrected"} 4.0' in first
+
+
+def test_promtool_accepts_the_output(procfs: Path, tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not on PATH (Debian: apt-get install prometheus)")
+    c = count(LINES, GpuMinors(procfs))
+    c.set(ex.SUCCESS, ("kernel_log",), 1)
+    c.set(ex.DURATION, ("kernel_log",), 0.0012)
+    text = generate_latest(make_registry(c.snapshot))
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
