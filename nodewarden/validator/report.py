@@ -53,7 +53,7 @@ def _fmt(value: Any, unit: str) -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return str(value)
     prefixes = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
-    if unit in ("B/s", "FLOP/s", "bytes", "B"):
+    if unit in ("B/s", "FLOP/s", "bytes", "B", "bit/s", "Hz"):
         for scale, p in prefixes:
             if abs(value) >= scale:
                 return f"{value / scale:.3g} {p}{unit}"

@@ -1,0 +1,746 @@
+"""links: are the node's fabric and bus links up, at the rate and width they should have?
+
+Five parts, each reading under ``ctx.sysfs`` (a parameter: tests point it at fixture trees
+captured from real machines) and reporting ``skip`` inside ``details`` when its hardware is
+absent. The check is ``skip`` only when no part could run: never ``pass`` with nothing checked.
+
+``infiniband``
+    ``class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer}``
+    (Documentation/ABI/stable/sysfs-class-infiniband). A port must be ``4: ACTIVE`` and
+    ``5: LinkUp``; an ACTIVE InfiniBand port's rate (``400 Gb/sec (4X NDR)``) must reach the
+    profile's ``ib_rate_gbit_per_second``; at least ``ib_ports_min`` InfiniBand ports ACTIVE.
+    A DOWN port's rate is stale (ibstat shows 40 or 10 there) and is not judged. Ethernet
+    link-layer ports (RoCE) are held to ACTIVE/LinkUp and their netdevs go to ``ethernet``.
+``ethernet``
+    ``class/net/<if>/{operstate,speed,carrier}`` of physical interfaces (those with a ``device``
+    link; lo, docker0, veth*, bridges and bonds have none, SR-IOV VFs are left out) and of the
+    RDMA netdevs: operstate ``up`` and ``speed`` (Mb/s) at least ``eth_speed_mbit_per_second``.
+    IPoIB netdevs (type 32) are left to ``infiniband``: their operstate says whether IPoIB is
+    configured, not whether the IB link is up.
+``pcie``
+    ``bus/pci/devices/<bdf>/{current,max}_link_{speed,width}`` (Documentation/ABI/testing/
+    sysfs-bus-pci) of NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302) and Mellanox network
+    functions (0x15b3, class 0x02): a link below what both ends can do is downtrained. On a real
+    /sys the device is a symlink into /sys/devices and the port above it is its parent directory:
+    the expected maximum is the lower of the two ends' ``max_link_*``. GPUs are also held to the
+    profile's ``gpu_pcie_generation``/``gpu_pcie_width``, and their number to the profile's
+    top-level ``gpus`` (param ``gpus`` overrides): a GPU fallen off the bus is missing here.
+``nvlink``
+    NVML ``nvmlDeviceGetNvLinkState`` for each link of each GPU: links 0..``nvlink_links_per_gpu``-1
+    must be active. Skipped without NVML.
+``frequency``
+    cpufreq governor and caps (``devices/system/cpu/cpu*/cpufreq``; warnings only) or, without
+    cpufreq, the ``cpu MHz`` of ``/proc/cpuinfo``; with NVML, GPU SM clocks and the active
+    clocks-event (throttle) reasons: HW slowdown, thermal slowdown and power brake fail, the
+    others (idle, power cap, application clocks, sync boost) are informational.
+
+NVML describes the machine this process runs on, not a fixture tree: it is queried when
+``ctx.sysfs`` is ``/sys`` (param ``nvml`` = ``"auto"``) or when ``nvml`` is true.
+
+The NVIDIA driver lowers a GPU's PCIe speed when the GPU is not in use (nvidia-smi(1), "PCIe
+Generation ... may be reduced when the GPU is not in use"): when NVML reports a GPU in a power
+saving performance state (P3 and deeper), a speed below its maximum is a warning, not a drain.
+The width is always held.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodewarden.parsing.pci import normalize_pci
+from nodewarden.validator.base import RunContext
+from nodewarden.validator.result import FAIL, PASS, SKIP, WARN, CheckResult
+
+NAME = "links"
+NEEDS: tuple[str, ...] = ()
+DEFAULTS: dict[str, Any] = {
+    "ib_rate_gbit_per_second": 0,      # 0: any ACTIVE rate
+    "ib_ports_min": 0,                 # InfiniBand link-layer ports that must be ACTIVE
+    "ib_ignore_ports": [],             # "mlx5_4/1" or "mlx5_4": ports left uncabled by design
+    "net_interfaces": [],              # empty: physical Ethernet interfaces that are up + RDMA netdevs
+    "eth_speed_mbit_per_second": 0,    # 0: any speed
+    "gpu_pcie_generation": 0,          # 0: held to the link's own maximum only
+    "gpu_pcie_width": 0,
+    "nvlink_links_per_gpu": 0,         # 0: NVLink state reported, not held
+    "cpu_governors": ["performance"],  # other governors warn
+    "nvml": "auto",                    # "auto": query NVML when sysfs is /sys; true/false to force
+    "nvml_timeout_seconds": 30,        # an NVML query that hangs this long is itself a fault
+}
+QUICK: dict[str, Any] = {}
+
+PARTS = ("infiniband", "ethernet", "pcie", "nvlink", "frequency")
+
+# ib_port_state / ib_port_phys_state (include/rdma/ib_verbs.h), as sysfs prints them: "N: NAME".
+IB_ACTIVE, IB_LINKUP = 4, 5
+# Why a port is not up, for the operator (ibstat semantics, I-016; IBTA phys states).
+PHYS_HINTS = {
+    "Polling": "no peer: cable, transceiver or switch port",
+    "Disabled": "port disabled (administratively, or by the SM/firmware)",
+    "Sleep": "port asleep",
+    "LinkErrorRecovery": "link retraining after errors",
+    "PortConfigurationTraining": "link training",
+}
+# nvmlClocksEventReason* bits (nvml.h); True: a hardware fault that holds the clocks down.
+CLOCK_REASONS: dict[int, tuple[str, bool]] = {
+    0x001: ("gpu_idle", False),
+    0x002: ("applications_clocks_setting", False),
+    0x004: ("sw_power_cap", False),
+    0x008: ("hw_slowdown", True),
+    0x010: ("sync_boost", False),
+    0x020: ("sw_thermal_slowdown", True),
+    0x040: ("hw_thermal_slowdown", True),
+    0x080: ("hw_power_brake_slowdown", True),
+    0x100: ("display_clock_setting", False),
+}
+# PCIe transfer rate (GT/s) -> generation.
+GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
+NVIDIA, MELLANOX = 0x10DE, 0x15B3
+ARPHRD_ETHER, ARPHRD_INFINIBAND = 1, 32
+VIRTUAL_PREFIXES = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "vxlan", "tun", "tap")
+
+_RATE = re.compile(r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\))?")
+_GTS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
+_BDF_DIR = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+# ---- small pure helpers ----------------------------------------------------------------------
+
+def read_attr(path: Path) -> str | None:
+    """A sysfs attribute's text, stripped; None when absent or unreadable (EINVAL: the kernel
+    refuses e.g. ``speed`` of a down interface)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def natural_key(text: str) -> list[Any]:
+    """mlx5_2 before mlx5_10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+
+
+def listdir(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path), key=natural_key)
+    except OSError:
+        return []
+
+
+def parse_code_name(text: str | None) -> tuple[int | None, str | None]:
+    """``4: ACTIVE`` -> (4, "ACTIVE"); ``ACTIVE`` -> (None, "ACTIVE"); None -> (None, None)."""
+    if not text:
+        return None, None
+    code, sep, name = text.partition(":")
+    if sep and code.strip().isdigit():
+        return int(code), name.strip()
+    return None, text.strip()
+
+
+def parse_ib_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
+    """``400 Gb/sec (4X NDR)`` -> (400.0, 4, "NDR"); ``2.5 Gb/sec (1X SDR)`` -> (2.5, 1, "SDR")."""
+    m = _RATE.match(text or "")
+    if not m:
+        return None, None, None
+    return float(m.group("gbit")), int(m.group("width")) if m.group("width") else None, m.group("speed") or None
+
+
+def pcie_generation(text: str | None) -> int | None:
+    """``32.0 GT/s PCIe`` (kernels >= 5.x) or ``8 GT/s`` (older) -> 5 / 3; ``Unknown`` -> None."""
+    m = _GTS.match(text or "")
+    if not m:
+        return None
+    return GENERATIONS.get(float(m.group(1)))
+
+
+def pcie_width(text: str | None) -> int | None:
+    """``16`` or ``x16`` -> 16; 0 (an SR-IOV VF, a link down) -> None."""
+    m = re.match(r"^\s*x?(\d+)", text or "")
+    if not m:
+        return None
+    return int(m.group(1)) or None
+
+
+def _hexint(text: str | None) -> int | None:
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        return None
+
+
+def _ignored(port: str, ignore: list[str]) -> bool:
+    dev = port.split("/", 1)[0]
+    return port in ignore or dev in ignore
+
+
+def _is_active(state: tuple[int | None, str | None]) -> bool:
+    return state[0] == IB_ACTIVE or (state[0] is None and (state[1] or "").upper() == "ACTIVE")
+
+
+def _is_linkup(phys: tuple[int | None, str | None]) -> bool:
+    return phys[0] == IB_LINKUP or (phys[0] is None and (phys[1] or "").lower() == "linkup")
+
+
+@dataclass
+class Part:
+    """One part's outcome: problems fail the check, warnings warn it, ``summary`` says what passed."""
+
+    name: str
+    status: str = PASS
+    reason: str = ""
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def skip(self, why: str) -> "Part":
+        self.status, self.reason = SKIP, why
+        return self
+
+    def finish(self, summary: str) -> "Part":
+        if self.status == SKIP:
+            return self
+        if self.problems:
+            self.status, self.reason = FAIL, "; ".join(self.problems)
+        elif self.warnings:
+            self.status, self.reason = WARN, "; ".join(self.warnings)
+        else:
+            self.status, self.reason = PASS, summary
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"status": self.status, "reason": self.reason}
+        if self.problems:
+            d["problems"] = self.problems
+        if self.warnings:
+            d["warnings"] = self.warnings
+        d.update(self.info)
+        return d
+
+
+# ---- (a) InfiniBand / RDMA ports -------------------------------------------------------------
+
+def read_ib_ports(sysfs: Path) -> list[dict[str, Any]] | None:
+    """Every port of every RDMA device, as read from sysfs; None without ``class/infiniband``."""
+    root = sysfs / "class" / "infiniband"
+    if not root.is_dir():
+        return None
+    ports = []
+    for dev in listdir(root):
+        ddir = root / dev
+        pci = None
+        try:
+            pci = normalize_pci(os.path.basename(os.path.realpath(ddir / "device")))
+        except OSError:
+            pass
+        hca_type, fw = read_attr(ddir / "hca_type"), read_attr(ddir / "fw_ver")
+        pci_netdevs = listdir(ddir / "device" / "net")
+        for num in listdir(ddir / "ports"):
+            pdir = ddir / "ports" / num
+            state, phys = parse_code_name(read_attr(pdir / "state")), parse_code_name(read_attr(pdir / "phys_state"))
+            rate_text = read_attr(pdir / "rate")
+            gbit, width, speed = parse_ib_rate(rate_text)
+            # Older kernels have no link_layer for IB-only devices.
+            layer = read_attr(pdir / "link_layer") or "InfiniBand"
+            netdevs: list[str] = []
+            if layer == "Ethernet":
+                # The GID table's netdev (a bond for a LAG device), else the PCI function's netdevs.
+                nd = read_attr(pdir / "gid_attrs" / "ndevs" / "0")
+                netdevs = [nd] if nd else [n for n in pci_netdevs
+                                          if read_attr(ddir / "device" / "net" / n / "type") in (None, "1")]
+            ports.append({"port": f"{dev}/{num}", "device": dev, "pci": pci, "hca_type": hca_type, "fw_ver": fw,
+                          "state": state[1], "state_code": state[0], "phys_state": phys[1],
+                          "phys_state_code": phys[0], "rate": rate_text, "rate_gbit": gbit, "width": width,
+                          "speed": speed, "link_layer": layer, "netdevs": netdevs,
+                          "active": _is_active(state) and _is_linkup(phys)})
+    return ports
+
+
+def check_infiniband(ports: list[dict[str, Any]] | None, params: dict[str, Any], res: CheckResult) -> Part:
+    part = Part("infiniband")
+    want_rate = float(params.get("ib_rate_gbit_per_second") or 0)
+    want_ports = int(params.get("ib_ports_min") or 0)
+    ignore = list(params.get("ib_ignore_ports") or [])
+    if not ports:
+        why = "no RDMA devices (no class/infiniband)" if ports is None else "no RDMA ports under class/infiniband"
+        if want_ports > 0:
+            part.problems.append(f"{why}; profile expects >= {want_ports} InfiniBand ports ACTIVE")
+            res.measure("ib_ports_active", 0, "", threshold=want_ports)
+            return part.finish("")
+        return part.skip(why)
+    ib_active = roce_active = 0
+    rates = CheckResult(NAME, PASS)  # per-port rates, listed after the port count
+    for p in ports:
+        name = p["port"]
+        if _ignored(name, ignore):
+            p["ignored"] = True
+            continue
+        if not p["active"]:
+            p["hint"] = PHYS_HINTS.get(p["phys_state"] or "", "")
+            if p["phys_state"] == "LinkUp":
+                p["hint"] = "physical link up but port not ACTIVE: no subnet manager, or still initialising"
+            part.problems.append(f"{name} state {p['state']} phys_state {p['phys_state']}")
+            continue
+        is_ib = p["link_layer"] == "InfiniBand"
+        ib_active += is_ib
+        roce_active += not is_ib
+        gbit = p["rate_gbit"]
+        threshold = want_rate * 1e9 if is_ib and want_rate > 0 else None
+        rates.measure("ib_rate", gbit * 1e9 if gbit is not None else None, "bit/s", threshold=threshold, device=name)
+        if threshold is None:
+            continue
+        if gbit is None:
+            part.problems.append(f"{name} rate unreadable ({p['rate']!r})")
+        elif gbit < want_rate:
+            part.problems.append(f"{name} rate {gbit:g} Gb/s < {want_rate:g} Gb/s ({p['rate']})")
+        elif gbit > want_rate:
+            part.warnings.append(f"{name} rate {gbit:g} Gb/s > profile's {want_rate:g} Gb/s: check the profile")
+    res.measure("ib_ports_active", ib_active, "", threshold=want_ports if want_ports > 0 else None)
+    if want_ports > 0 and ib_active < want_ports:
+        part.problems.append(f"{ib_active} InfiniBand ports ACTIVE < {want_ports}")
+    if roce_active:
+        res.measure("roce_ports_active", roce_active, "")
+    res.measurements.extend(rates.measurements)
+    part.info["ports"] = ports
+    rate = f" at >= {want_rate:g} Gb/s" if want_rate > 0 else ""
+    return part.finish(f"{ib_active} InfiniBand ports ACTIVE{rate}, {roce_active} RoCE ports ACTIVE")
+
+
+# ---- (b) Ethernet / RoCE netdevs ---------------------------------------------------------------
+
+def _netdev(root: Path, name: str) -> dict[str, Any]:
+    d = root / name
+    speed = read_attr(d / "speed")
+    try:
+        mbit = int(speed) if speed is not None else None
+    except ValueError:
+        mbit = None
+    kind = read_attr(d / "type")
+    return {"name": name, "operstate": read_attr(d / "operstate"), "carrier": read_attr(d / "carrier"),
+            "speed_mbit": mbit if mbit is not None and mbit > 0 else None,
+            "type": int(kind) if kind and kind.isdigit() else None,
+            "physical": os.path.lexists(d / "device"), "vf": os.path.lexists(d / "device" / "physfn"),
+            "bridge": (d / "bridge").is_dir(), "bond_slaves": (read_attr(d / "bonding" / "slaves") or "").split()}
+
+
+def check_ethernet(sysfs: Path, rdma_netdevs: list[str], params: dict[str, Any], res: CheckResult) -> Part:
+    part = Part("ethernet")
+    root = sysfs / "class" / "net"
+    if not root.is_dir():
+        return part.skip("no class/net")
+    all_names = listdir(root)
+    info = {n: _netdev(root, n) for n in all_names}
+    wanted = list(params.get("net_interfaces") or [])
+    want_mbit = int(params.get("eth_speed_mbit_per_second") or 0)
+    rdma = set(rdma_netdevs)
+    if wanted:
+        selected = wanted
+    else:
+        selected = []
+        for n, d in info.items():
+            virtual = not d["physical"] or d["bridge"] or (n.startswith(VIRTUAL_PREFIXES) and not d["physical"])
+            ethernet = d["type"] in (None, ARPHRD_ETHER)
+            if n in rdma or (not virtual and not d["vf"] and ethernet and d["operstate"] == "up"):
+                selected.append(n)
+        for n in list(selected):  # a RoCE bond: its slaves carry the traffic
+            for s in info[n]["bond_slaves"]:
+                if s not in selected:
+                    selected.append(s)
+        selected.sort(key=natural_key)
+    if not selected:
+        return part.skip("no physical network interface up")
+    checked = []
+    for n in selected:
+        d = info.get(n)
+        if d is None:
+            part.problems.append(f"{n} absent")
+            continue
+        d["rdma"] = n in rdma
+        checked.append(d)
+        if d["operstate"] != "up":
+            carrier = " (no carrier)" if d["carrier"] == "0" else ""
+            part.problems.append(f"{n} operstate {d['operstate']}{carrier}")
+            continue
+        held = want_mbit > 0 and d["physical"] and d["type"] in (None, ARPHRD_ETHER)
+        if d["speed_mbit"] is not None or held:
+            res.measure("eth_speed", d["speed_mbit"] * 1e6 if d["speed_mbit"] else None, "bit/s",
+                        threshold=want_mbit * 1e6 if held else None, device=n)
+        if not held:
+            continue
+        if d["speed_mbit"] is None:
+            part.warnings.append(f"{n} speed unknown (expected >= {want_mbit} Mb/s)")
+        elif d["speed_mbit"] < want_mbit:
+            part.problems.append(f"{n} speed {d['speed_mbit']} Mb/s < {want_mbit} Mb/s")
+    part.info["interfaces"] = checked
+    return part.finish(f"up: {', '.join(d['name'] for d in checked)}")
+
+
+# ---- (c) PCIe links ------------------------------------------------------------------------------
+
+def _link(d: Path) -> dict[str, Any]:
+    cur_s, max_s = read_attr(d / "current_link_speed"), read_attr(d / "max_link_speed")
+    cur_w, max_w = read_attr(d / "current_link_width"), read_attr(d / "max_link_width")
+    return {"current_speed": cur_s, "max_speed": max_s, "current_width": cur_w, "max_width": max_w,
+            "generation": pcie_generation(cur_s), "max_generation": pcie_generation(max_s),
+            "lanes": pcie_width(cur_w), "max_lanes": pcie_width(max_w)}
+
+
+def _upstream(dev: Path) -> Path | None:
+    """The port above a device on a real /sys (its resolved parent directory), when that is a
+    PCI function with link attributes; None in a tree of plain directories."""
+    try:
+        real = Path(os.path.realpath(dev))
+    except OSError:
+        return None
+    parent = real.parent
+    if _BDF_DIR.match(parent.name) and (parent / "max_link_speed").exists():
+        return parent
+    return None
+
+
+def read_pci_links(sysfs: Path) -> list[dict[str, Any]] | None:
+    """NVIDIA GPUs and Mellanox network functions with their link attributes; None without
+    ``bus/pci/devices``."""
+    root = sysfs / "bus" / "pci" / "devices"
+    if not root.is_dir():
+        return None
+    out = []
+    for bdf in listdir(root):
+        d = root / bdf
+        vendor, cls = _hexint(read_attr(d / "vendor")), _hexint(read_attr(d / "class"))
+        if vendor is None or cls is None:
+            continue
+        if vendor == NVIDIA and cls >> 8 in (0x0300, 0x0302):
+            kind = "gpu"
+        elif vendor == MELLANOX and cls >> 16 == 0x02:
+            kind = "nic"
+        else:
+            continue
+        if os.path.lexists(d / "physfn"):
+            continue  # an SR-IOV VF: its link fields are those of the PF, or zero
+        rec = {"pci": normalize_pci(bdf) or bdf, "kind": kind, "device_id": read_attr(d / "device"), **_link(d)}
+        up = _upstream(d)
+        if up is not None:
+            ul = _link(up)
+            rec["upstream"] = up.name
+            rec["upstream_max_generation"], rec["upstream_max_lanes"] = ul["max_generation"], ul["max_lanes"]
+        out.append(rec)
+    return out
+
+
+def _min(*values: int | None) -> int | None:
+    known = [v for v in values if v]
+    return min(known) if known else None
+
+
+def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpus_expected: int,
+               idle_gpus: dict[str, int], res: CheckResult) -> Part:
+    part = Part("pcie")
+    if devices is None:
+        return part.skip("no bus/pci/devices")
+    gpus = [d for d in devices if d["kind"] == "gpu"]
+    if gpus_expected > 0:
+        res.measure("gpus_on_pci_bus", len(gpus), "", threshold=gpus_expected)
+        if len(gpus) < gpus_expected:
+            part.problems.append(f"{len(gpus)} NVIDIA GPUs on the PCI bus < {gpus_expected}")
+    if not devices:
+        if not part.problems:
+            return part.skip("no NVIDIA GPU or Mellanox network device on the PCI bus")
+        return part.finish("")
+    want_gen = int(params.get("gpu_pcie_generation") or 0)
+    want_lanes = int(params.get("gpu_pcie_width") or 0)
+    at_max = 0
+    for d in devices:
+        bdf, is_gpu = d["pci"], d["kind"] == "gpu"
+        if d["generation"] is None or d["lanes"] is None:
+            if d["current_speed"] is None and d["current_width"] is None:
+                d["note"] = "no link attributes"
+            else:
+                part.warnings.append(f"{bdf} PCIe link status unknown ({d['current_speed']}, x{d['current_width']})")
+            continue
+        max_gen = _min(d["max_generation"], d.get("upstream_max_generation"))
+        max_lanes = _min(d["max_lanes"], d.get("upstream_max_lanes"))
+        gen_floor = max(max_gen or 0, want_gen if is_gpu else 0) or None
+        lanes_floor = max(max_lanes or 0, want_lanes if is_gpu else 0) or None
+        res.measure("pcie_generation", d["generation"], "", threshold=gen_floor, device=bdf)
+        res.measure("pcie_width", d["lanes"], "", threshold=lanes_floor, device=bdf)
+        ok = True
+        if gen_floor and d["generation"] < gen_floor:
+            ok = False
+            what = "" if max_gen and d["generation"] < max_gen else " (profile)"
+            text = f"{bdf} PCIe Gen{d['generation']} < Gen{gen_floor}{what}"
+            pstate = idle_gpus.get(bdf) if is_gpu else None
+            if pstate is not None:
+                part.warnings.append(f"{text}: GPU idle in P{pstate}, the driver lowers PCIe speed when unused")
+            else:
+                part.problems.append(text)
+        if lanes_floor and d["lanes"] < lanes_floor:
+            ok = False
+            what = "" if max_lanes and d["lanes"] < max_lanes else " (profile)"
+            part.problems.append(f"{bdf} PCIe x{d['lanes']} < x{lanes_floor}{what}")
+        at_max += ok
+    part.info["devices"] = devices
+    n_gpu, n_nic = len(gpus), len(devices) - len(gpus)
+    return part.finish(f"{at_max}/{len(devices)} links at full speed and width ({n_gpu} GPUs, {n_nic} NIC functions)")
+
+
+# ---- NVML (d, e) -------------------------------------------------------------------------------------
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str]:
+    """Per GPU: PCI bus id, name, performance state, NVLink states, SM/memory clocks, clocks-event
+    reasons; or (None, why not)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, f"NVML not available ({e})"
+
+    def opt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError:
+            return None
+
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            g: dict[str, Any] = {"index": i, "pci": normalize_pci(_text(pynvml.nvmlDeviceGetPciInfo(h).busId))}
+            name = opt(pynvml.nvmlDeviceGetName, h)
+            g["name"] = _text(name) if name is not None else None
+            g["pstate"] = opt(pynvml.nvmlDeviceGetPerformanceState, h)
+            links: dict[int, bool] = {}
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                state = opt(pynvml.nvmlDeviceGetNvLinkState, h, link)
+                if state is not None:
+                    links[link] = bool(state)
+            g["nvlink"] = links
+            g["sm_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
+            g["sm_clock_max_mhz"] = opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM)
+            g["mem_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
+            g["clock_reasons"] = None
+            # nvmlDeviceGetCurrentClocksEventReasons (drivers >= 535); the older name before.
+            for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+                f = getattr(pynvml, fn, None)
+                if f is None:
+                    continue
+                try:
+                    g["clock_reasons"] = int(f(h))
+                    g["clock_reasons_api"] = fn
+                    break
+                except pynvml.NVMLError:
+                    continue
+            gpus.append(g)
+        return gpus, ""
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str, bool]:
+    """:func:`nvml_snapshot` in a daemon thread: (gpus, why not, hung)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["v"] = nvml_snapshot()
+        except Exception as e:  # an NVML call failed outside the per-call guards
+            box["v"] = (None, f"NVML query failed: {type(e).__name__}: {e}")
+
+    t = threading.Thread(target=target, name="nodewarden-links-nvml", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        return None, f"NVML did not answer within {seconds:g} s", True
+    gpus, why = box["v"]
+    return gpus, why, False
+
+
+def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, hung: bool, params: dict[str, Any],
+                 res: CheckResult) -> Part:
+    part = Part("nvlink")
+    if hung:
+        part.problems.append(f"{why} (driver hung? nvidia-smi would hang too)")
+        return part.finish("")
+    if gpus is None:
+        return part.skip(why)
+    if not gpus:
+        return part.skip("NVML sees no GPU")
+    want = int(params.get("nvlink_links_per_gpu") or 0)
+    total = 0
+    for g in gpus:
+        dev = g["pci"] or f"GPU{g['index']}"
+        links = g["nvlink"]
+        active = sum(links.values())
+        total += active
+        res.measure("nvlink_links_active", active, "", threshold=want if want > 0 else None, device=dev)
+        if want > 0:
+            down = [k for k in range(want) if not links.get(k)]
+            if down:
+                part.problems.append(f"GPU {dev} NVLink {','.join(map(str, down))} down ({active}/{want} active)")
+        elif 0 < active < len(links):
+            part.warnings.append(f"GPU {dev} {active} of {len(links)} NVLinks active")
+    if want == 0 and total == 0:
+        return part.skip("no active NVLink (none expected by the profile)")
+    return part.finish(f"{total} NVLinks active on {len(gpus)} GPUs" + (f" ({want} per GPU)" if want else ""))
+
+
+def decode_clock_reasons(mask: int) -> tuple[list[str], list[str]]:
+    """(faults, informational) reason names set in an nvmlClocksEventReason mask."""
+    faults, info = [], []
+    for bit, (name, fault) in CLOCK_REASONS.items():
+        if mask & bit:
+            (faults if fault else info).append(name)
+    unknown = mask & ~sum(CLOCK_REASONS)
+    if unknown:
+        info.append(f"0x{unknown:x}")
+    return faults, info
+
+
+def _cpu_frequency(sysfs: Path, procfs: Path, params: dict[str, Any], part: Part, res: CheckResult) -> bool:
+    """cpufreq governors and caps (warnings), else /proc/cpuinfo MHz. True when anything was read."""
+    cpus = [c for c in listdir(sysfs / "devices" / "system" / "cpu") if re.fullmatch(r"cpu\d+", c)]
+    governors: dict[str, int] = {}
+    cur, capped = [], []
+    for c in cpus:
+        d = sysfs / "devices" / "system" / "cpu" / c / "cpufreq"
+        gov = read_attr(d / "scaling_governor")
+        if gov is None:
+            continue
+        governors[gov] = governors.get(gov, 0) + 1
+        khz, cap, hw = (read_attr(d / n) for n in ("scaling_cur_freq", "scaling_max_freq", "cpuinfo_max_freq"))
+        if khz and khz.isdigit():
+            cur.append(int(khz) * 1e3)
+        if cap and hw and cap.isdigit() and hw.isdigit() and int(cap) < int(hw):
+            capped.append((c, int(cap) * 1e3, int(hw) * 1e3))
+    if governors:
+        part.info["cpu_governors"] = governors
+        allowed = list(params.get("cpu_governors") or [])
+        for gov, n in governors.items():
+            if allowed and gov not in allowed:
+                part.warnings.append(f"CPU governor {gov} on {n} CPUs (expected {'/'.join(allowed)})")
+        if capped:
+            c, cap, hw = capped[0]
+            part.warnings.append(f"CPU frequency capped on {len(capped)} CPUs "
+                                 f"({c}: {cap / 1e9:.2f} of {hw / 1e9:.2f} GHz)")
+        if cur:
+            res.measure("cpu_frequency", round(sum(cur) / len(cur)), "Hz")
+        part.info["cpu_source"] = "cpufreq"
+        return True
+    text = read_attr(procfs / "cpuinfo")
+    mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text or "", re.M)]
+    if mhz:
+        res.measure("cpu_frequency", round(sum(mhz) / len(mhz) * 1e6), "Hz")
+        part.info["cpu_source"] = "cpuinfo (no cpufreq: governor not checked)"
+        return True
+    return False
+
+
+def check_frequency(sysfs: Path, procfs: Path, gpus: list[dict[str, Any]] | None, params: dict[str, Any],
+                    res: CheckResult) -> Part:
+    part = Part("frequency")
+    cpu = _cpu_frequency(sysfs, procfs, params, part, res)
+    for g in gpus or []:
+        dev = g["pci"] or f"GPU{g['index']}"
+        if g.get("sm_clock_mhz") is not None:
+            res.measure("gpu_sm_clock", g["sm_clock_mhz"] * 1e6, "Hz", device=dev)
+        mask = g.get("clock_reasons")
+        if mask is None:
+            continue
+        res.measure("gpu_clocks_event_reasons", mask, "", device=dev)
+        faults, info = decode_clock_reasons(mask)
+        g["clock_reason_names"] = faults + info
+        if faults:
+            part.problems.append(f"GPU {dev} clocks held down: {', '.join(faults)}")
+    if not cpu and not gpus:
+        return part.skip("no cpufreq, no cpu MHz in cpuinfo, no NVML")
+    what = ["CPU" if cpu else "", f"{len(gpus)} GPUs" if gpus else ""]
+    return part.finish("clocks read for " + " and ".join(w for w in what if w))
+
+
+# ---- the check -----------------------------------------------------------------------------------------
+
+ACTIONS = {
+    "infiniband": "check the cable/transceiver and the switch port of the named IB ports (ibstat, mlxlink); "
+                  "Polling = no peer, Disabled = port disabled",
+    "ethernet": "check the NIC's cable and switch port (ethtool, ip link)",
+    "pcie": "reseat the device or its riser/cable, check BIOS PCIe settings and lspci -vv LnkSta; RMA if it persists",
+    "nvlink": "nvidia-smi nvlink -s; reset the GPUs / restart fabric manager; RMA the board if links stay down",
+    "frequency": "check cooling and power delivery (nvidia-smi -q -d PERFORMANCE, BMC sensors)",
+}
+
+
+def _use_nvml(ctx: RunContext, params: dict[str, Any]) -> bool:
+    mode = params.get("nvml", "auto")
+    if isinstance(mode, str) and mode.lower() == "auto":
+        try:
+            return os.path.realpath(ctx.sysfs) == "/sys"
+        except OSError:
+            return False
+    return bool(mode) and str(mode).lower() not in ("false", "0", "no")
+
+
+def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
+    res = CheckResult(NAME, PASS)
+    sysfs = Path(ctx.sysfs)
+    parts: list[Part] = []
+
+    ctx.progress(NAME, 0.05, "infiniband")
+    ports = read_ib_ports(sysfs)
+    parts.append(check_infiniband(ports, params, res))
+    rdma_netdevs = [n for p in ports or [] if not p.get("ignored") for n in p["netdevs"]]
+
+    ctx.progress(NAME, 0.2, "ethernet")
+    parts.append(check_ethernet(sysfs, rdma_netdevs, params, res))
+
+    gpus, why, hung = None, "NVML not queried: sysfs is not this machine's /sys (set links.nvml=true)", False
+    if _use_nvml(ctx, params):
+        ctx.progress(NAME, 0.4, "nvml")
+        gpus, why, hung = nvml_with_timeout(float(params.get("nvml_timeout_seconds") or 30))
+    idle = {g["pci"]: g["pstate"] for g in gpus or []
+            if g.get("pci") and isinstance(g.get("pstate"), int) and 3 <= g["pstate"] <= 15}
+
+    ctx.progress(NAME, 0.6, "pcie")
+    gpus_expected = int(params.get("gpus", ctx.profile.get("gpus", 0)) or 0)
+    parts.append(check_pcie(read_pci_links(sysfs), params, gpus_expected, idle, res))
+    parts.append(check_nvlink(gpus, why, hung, params, res))
+    ctx.progress(NAME, 0.8, "frequency")
+    parts.append(check_frequency(sysfs, Path(ctx.procfs), gpus, params, res))
+
+    res.details["parts"] = {p.name: p.to_dict() for p in parts}
+    if gpus:
+        res.details["gpus"] = gpus
+    ran = [p for p in parts if p.status != SKIP]
+    skipped = [p for p in parts if p.status == SKIP]
+    problems = [x for p in parts for x in p.problems]
+    warnings = [x for p in parts for x in p.warnings]
+    if not ran:
+        res.status = SKIP
+        res.reason = "nothing to check: " + "; ".join(f"{p.name}: {p.reason}" for p in parts)
+    elif problems:
+        res.status = FAIL
+        more = f" (+{len(problems) - 4} more)" if len(problems) > 4 else ""
+        res.reason = "; ".join(problems[:4]) + more
+        res.action = "; ".join(ACTIONS[p.name] for p in parts if p.status == FAIL)
+    elif warnings:
+        res.status = WARN
+        res.reason = "; ".join(warnings[:4]) + (f" (+{len(warnings) - 4} more)" if len(warnings) > 4 else "")
+    else:
+        res.status = PASS
+        res.reason = "; ".join(f"{p.name}: {p.reason}" for p in ran)
+        if skipped:
+            res.reason += "; skipped " + ", ".join(f"{p.name} ({p.reason})" for p in skipped)
+    return res

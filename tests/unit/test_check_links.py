@@ -1,0 +1,447 @@
+"""The links check on sysfs trees captured from real machines (tests/fixtures/sysfs, see its
+PROVENANCE.md), mutated in a temporary copy the way a link flap or a downtrained slot changes
+them, on this machine's own /sys, and with an NVML test double (a C library that nvidia-ml-py
+loads as it would load the driver's libnvidia-ml.so.1) for NVLink and clock reasons."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nodewarden import exitcodes
+from nodewarden.validator import profiles, runner
+from nodewarden.validator.base import RunContext
+from nodewarden.validator.checks import links
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "sysfs"
+H100 = FIXTURES / "h100-hgx-ndr"
+CX3 = FIXTURES / "cx3-fdr"
+VM = FIXTURES / "vm-virtio"
+GPU_BUSES = ("18", "2a", "3a", "5d", "9b", "ab", "ba", "db")
+
+
+def run_links(sysfs: Path, profile: str = "h100_sxm5_80gb", **overrides):
+    prof = profiles.load(profile)
+    prof.setdefault("links", {}).update({"nvml": False, **overrides})
+    ctx = RunContext(profile=prof, sysfs=sysfs)
+    return links.run(ctx, runner.params_for("links", ctx))
+
+
+@pytest.fixture
+def h100(tmp_path: Path) -> Path:
+    """A private copy of the H100 tree (symlinks kept, as on a real /sys) to mutate."""
+    dst = tmp_path / "sys"
+    shutil.copytree(H100, dst, symlinks=True)
+    return dst
+
+
+def put(root: Path, rel: str, value: str) -> None:
+    """Rewrite one existing sysfs attribute (through the class/ or bus/ symlinks)."""
+    path = root / rel
+    assert path.is_file(), f"{rel} is not in the fixture tree"
+    path.write_text(value + "\n")
+
+
+# ---- pure parsers: kernel ABI strings --------------------------------------------------------
+
+@pytest.mark.parametrize("text, want", [
+    ("400 Gb/sec (4X NDR)", (400.0, 4, "NDR")),        # Y-003, CX-7
+    ("200 Gb/sec (2X NDR)", (200.0, 2, "NDR")),        # Y-003, BlueField-3 LAG
+    ("200 Gb/sec (4X HDR)", (200.0, 4, "HDR")),        # I-013
+    ("56 Gb/sec (4X FDR)", (56.0, 4, "FDR")),          # I-011, ConnectX-3
+    ("2.5 Gb/sec (1X SDR)", (2.5, 1, "SDR")),          # rate_show's ".5" branch
+    ("100 Gb/sec (4X EDR)", (100.0, 4, "EDR")),
+    ("N/A (no PMA)", (None, None, None)),              # Y-005 style non-value
+    (None, (None, None, None)),
+])
+def test_parse_ib_rate(text, want) -> None:
+    assert links.parse_ib_rate(text) == want
+
+
+@pytest.mark.parametrize("text, want", [
+    ("4: ACTIVE", (4, "ACTIVE")), ("1: DOWN", (1, "DOWN")), ("2: Polling", (2, "Polling")),
+    ("5: LinkUp", (5, "LinkUp")), ("ACTIVE", (None, "ACTIVE")), (None, (None, None)),
+])
+def test_parse_state(text, want) -> None:
+    assert links.parse_code_name(text) == want
+
+
+@pytest.mark.parametrize("text, gen", [
+    ("32.0 GT/s PCIe", 5), ("16.0 GT/s PCIe", 4), ("8.0 GT/s PCIe", 3), ("2.5 GT/s PCIe", 1),
+    ("8 GT/s", 3), ("5 GT/s", 2), ("64.0 GT/s PCIe", 6), ("Unknown", None), ("Unknown speed", None), (None, None),
+])
+def test_pcie_generation(text, gen) -> None:
+    assert links.pcie_generation(text) == gen
+
+
+@pytest.mark.parametrize("text, lanes", [("16", 16), ("8", 8), ("x4", 4), ("0", None), ("", None), (None, None)])
+def test_pcie_width(text, lanes) -> None:
+    assert links.pcie_width(text) == lanes
+
+
+def test_clock_reasons_split_faults_from_information() -> None:
+    assert links.decode_clock_reasons(0x1 | 0x4) == ([], ["gpu_idle", "sw_power_cap"])
+    assert links.decode_clock_reasons(0x8 | 0x40 | 0x80)[0] == ["hw_slowdown", "hw_thermal_slowdown",
+                                                               "hw_power_brake_slowdown"]
+    assert links.decode_clock_reasons(0x20)[0] == ["sw_thermal_slowdown"]
+
+
+# ---- the healthy H100 node -----------------------------------------------------------------------
+
+def test_healthy_h100_passes() -> None:
+    r = run_links(H100)
+    assert r.status == "pass", r.reason
+    by = {(m.name, m.device): m for m in r.measurements}
+    assert by[("ib_ports_active", None)].value == 8 and by[("ib_ports_active", None)].threshold == 8
+    assert by[("ib_rate", "mlx5_0/1")].value == 400e9 and by[("ib_rate", "mlx5_0/1")].unit == "bit/s"
+    assert by[("ib_rate", "mlx5_bond_0/1")].value == 200e9 and by[("ib_rate", "mlx5_bond_0/1")].threshold is None
+    assert by[("pcie_generation", "0000:18:00.0")].value == 5
+    assert by[("pcie_width", "0000:1a:00.0")].value == 16
+    assert by[("gpus_on_pci_bus", None)].value == 8
+    # NVSwitches (NVIDIA, class 0x0680), the Intel NIC and the PCIe switches are not judged.
+    pcie_devices = {m.device for m in r.measurements if m.name == "pcie_generation"}
+    assert len(pcie_devices) == 8 + 8 + 2 and "0000:05:00.0" not in pcie_devices
+    parts = r.details["parts"]
+    assert parts["nvlink"]["status"] == "skip"
+    # The RoCE bond and its slaves are checked; IPoIB netdevs (configured down) and virtual ones are not.
+    eth = {i["name"] for i in parts["ethernet"]["interfaces"]}
+    assert eth == {"bond0", "enp193s0f0np0", "enp193s0f1np1", "eno1"}
+    assert parts["frequency"]["cpu_governors"] == {"performance": 8}
+
+
+def test_plain_directory_copy_passes_too(tmp_path: Path) -> None:
+    """A tree of plain directories (bus/pci/devices/*, class/*/* copied in place, devices/ gone,
+    so the inner ``device`` links dangle) reads the same. A plain copytree would not end: real
+    sysfs links loop (infiniband/mlx5_0/device -> the PCI function that holds it)."""
+    dst = tmp_path / "plain"
+    shutil.copytree(H100, dst, symlinks=True)
+    for group in ("bus/pci/devices", "class/infiniband", "class/net"):
+        for entry in (dst / group).iterdir():
+            target = entry.resolve()
+            entry.unlink()
+            shutil.copytree(target, entry, symlinks=True)
+    shutil.rmtree(dst / "devices/pci0000:15")
+    assert not (dst / "bus/pci/devices/0000:18:00.0").is_symlink()
+    r = run_links(dst)
+    assert r.status == "pass", r.reason
+
+
+# ---- injected faults: each must fail and name the port or device -----------------------------------
+
+DOWN_POLLING = {"class/infiniband/mlx5_3/ports/1/state": "1: DOWN",      # I-008: Down/Polling, stale rate 40
+                "class/infiniband/mlx5_3/ports/1/phys_state": "2: Polling",
+                "class/infiniband/mlx5_3/ports/1/rate": "40 Gb/sec (4X QDR)"}
+DOWN_DISABLED = {"class/infiniband/mlx5_5/ports/1/state": "1: DOWN",
+                 "class/infiniband/mlx5_5/ports/1/phys_state": "3: Disabled"}
+
+
+@pytest.mark.parametrize("edits, reason", [
+    (DOWN_POLLING, "mlx5_3/1 state DOWN phys_state Polling"),
+    (DOWN_DISABLED, "mlx5_5/1 state DOWN phys_state Disabled"),
+    ({"class/infiniband/mlx5_2/ports/1/rate": "100 Gb/sec (4X EDR)"}, "mlx5_2/1 rate 100 Gb/s < 400 Gb/s"),
+    ({"class/infiniband/mlx5_6/ports/1/rate": "200 Gb/sec (2X NDR)"}, "mlx5_6/1 rate 200 Gb/s < 400 Gb/s"),
+    ({"bus/pci/devices/0000:3a:00.0/current_link_width": "8"}, "0000:3a:00.0 PCIe x8 < x16"),
+    ({"bus/pci/devices/0000:9b:00.0/current_link_speed": "8.0 GT/s PCIe"}, "0000:9b:00.0 PCIe Gen3 < Gen5"),
+    ({"bus/pci/devices/0000:bc:00.0/current_link_width": "4"}, "0000:bc:00.0 PCIe x4 < x16"),
+    ({"class/net/enp193s0f1np1/operstate": "down", "class/net/enp193s0f1np1/carrier": "0"},
+     "enp193s0f1np1 operstate down (no carrier)"),
+    ({"class/infiniband/mlx5_bond_0/ports/1/state": "1: DOWN",
+      "class/infiniband/mlx5_bond_0/ports/1/phys_state": "3: Disabled"}, "mlx5_bond_0/1 state DOWN"),
+], ids=["down-polling", "down-disabled", "edr-on-ndr", "half-width-ib", "gpu-x8", "gpu-gen3",
+        "hca-x4", "roce-slave-down", "roce-port-down"])
+def test_injected_fault_fails_and_names_it(h100: Path, edits: dict[str, str], reason: str) -> None:
+    for rel, value in edits.items():
+        put(h100, rel, value)
+    r = run_links(h100)
+    assert r.status == "fail"
+    assert reason in r.reason
+    assert r.action
+
+
+def test_down_port_stale_rate_is_not_judged(h100: Path) -> None:
+    """A DOWN port keeps a stale rate (I-008: 40); only its state is reported."""
+    for rel, value in DOWN_POLLING.items():
+        put(h100, rel, value)
+    r = run_links(h100)
+    assert "rate" not in r.reason and "7 InfiniBand ports ACTIVE < 8" in r.reason
+    port = next(p for p in r.details["parts"]["infiniband"]["ports"] if p["port"] == "mlx5_3/1")
+    assert port["hint"].startswith("no peer")
+
+
+def test_flap_down_then_up_again(h100: Path) -> None:
+    """A link flap played on the tree: fail while down, pass once ACTIVE/LinkUp again."""
+    for rel, value in DOWN_POLLING.items():
+        put(h100, rel, value)
+    assert run_links(h100).status == "fail"
+    put(h100, "class/infiniband/mlx5_3/ports/1/state", "4: ACTIVE")
+    put(h100, "class/infiniband/mlx5_3/ports/1/phys_state", "5: LinkUp")
+    put(h100, "class/infiniband/mlx5_3/ports/1/rate", "400 Gb/sec (4X NDR)")
+    assert run_links(h100).status == "pass"
+
+
+def test_link_up_without_subnet_manager(h100: Path) -> None:
+    put(h100, "class/infiniband/mlx5_1/ports/1/state", "2: INIT")
+    r = run_links(h100)
+    assert r.status == "fail" and "mlx5_1/1 state INIT phys_state LinkUp" in r.reason
+    port = next(p for p in r.details["parts"]["infiniband"]["ports"] if p["port"] == "mlx5_1/1")
+    assert "subnet manager" in port["hint"]
+
+
+def test_hca_vanished(h100: Path) -> None:
+    """I-009: an HCA that fell off the bus leaves class/infiniband without it."""
+    (h100 / "class/infiniband/mlx5_7").unlink()
+    r = run_links(h100)
+    assert r.status == "fail" and "7 InfiniBand ports ACTIVE < 8" in r.reason
+
+
+def test_no_rdma_at_all_fails_on_an_ib_profile_and_skips_on_generic(h100: Path) -> None:
+    shutil.rmtree(h100 / "class/infiniband")
+    assert "no RDMA devices" in run_links(h100).reason
+    assert run_links(h100).status == "fail"
+    r = run_links(h100, profile="generic")
+    assert r.status == "pass" and r.details["parts"]["infiniband"]["status"] == "skip"
+
+
+def test_gpu_missing_from_the_bus(h100: Path) -> None:
+    (h100 / "bus/pci/devices/0000:ba:00.0").unlink()
+    r = run_links(h100)
+    assert r.status == "fail" and "7 NVIDIA GPUs on the PCI bus < 8" in r.reason
+
+
+def test_gpu_behind_a_gen4_port_is_held_to_the_port(h100: Path) -> None:
+    """A Gen5 GPU in a Gen4 slot is not downtrained (the port above it caps the link) but misses
+    a Gen5 profile; on the generic profile it passes."""
+    for bdf in ("0000:d9:00.0",):
+        put(h100, f"bus/pci/devices/{bdf}/max_link_speed", "16.0 GT/s PCIe")
+    put(h100, "bus/pci/devices/0000:db:00.0/current_link_speed", "16.0 GT/s PCIe")
+    r = run_links(h100)
+    assert r.status == "fail" and "0000:db:00.0 PCIe Gen4 < Gen5 (profile)" in r.reason
+    assert run_links(h100, profile="generic").status == "pass"
+
+
+def test_profile_width_below_max(h100: Path) -> None:
+    put(h100, "bus/pci/devices/0000:18:00.0/max_link_width", "8")
+    put(h100, "bus/pci/devices/0000:18:00.0/current_link_width", "8")
+    assert "0000:18:00.0 PCIe x8 < x16 (profile)" in run_links(h100).reason
+
+
+def test_faster_ib_port_than_the_profile_warns(h100: Path) -> None:
+    put(h100, "class/infiniband/mlx5_4/ports/1/rate", "800 Gb/sec (4X XDR)")
+    r = run_links(h100)
+    assert r.status == "warn" and "mlx5_4/1 rate 800 Gb/s > profile" in r.reason
+
+
+def test_ignored_port(h100: Path) -> None:
+    for rel, value in DOWN_DISABLED.items():
+        put(h100, rel, value)
+    r = run_links(h100, ib_ignore_ports=["mlx5_5/1"], ib_ports_min=7)
+    assert r.status == "pass", r.reason
+
+
+def test_ethernet_speed_and_explicit_interfaces(h100: Path) -> None:
+    r = run_links(h100, eth_speed_mbit_per_second=100000)
+    assert r.status == "fail" and "eno1 speed 10000 Mb/s < 100000 Mb/s" in r.reason
+    r = run_links(h100, net_interfaces=["enp193s0f0np0", "eth9"])
+    assert r.status == "fail" and "eth9 absent" in r.reason
+    # IPoIB interfaces configured down are not a fault unless asked for.
+    r = run_links(h100, net_interfaces=["ibp26s0"])
+    assert r.status == "fail" and "ibp26s0 operstate down" in r.reason
+
+
+def test_cpu_governor_and_cap_warn(h100: Path) -> None:
+    put(h100, "devices/system/cpu/cpu3/cpufreq/scaling_governor", "powersave")
+    put(h100, "devices/system/cpu/cpu5/cpufreq/scaling_max_freq", "2000000")
+    r = run_links(h100)
+    assert r.status == "warn"
+    assert "CPU governor powersave on 1 CPUs" in r.reason and "capped on 1 CPUs" in r.reason
+
+
+# ---- other real shapes ------------------------------------------------------------------------------
+
+def test_connectx3_disabled_port_and_fdr() -> None:
+    """I-011: port 1 Down/Disabled (rate 10, stale), port 2 Active 56 Gb/s FDR; old-kernel
+    '8 GT/s' link strings."""
+    r = run_links(CX3, profile="generic")
+    assert r.status == "fail" and r.reason.startswith("mlx4_0/1 state DOWN phys_state Disabled")
+    r = run_links(CX3, profile="generic", ib_ignore_ports=["mlx4_0/1"])
+    assert r.status == "pass", r.reason
+    by = {(m.name, m.device): m.value for m in r.measurements}
+    assert by[("ib_rate", "mlx4_0/2")] == 56e9 and by[("pcie_generation", "0000:03:00.0")] == 3
+    r = run_links(CX3, profile="generic", ib_ignore_ports=["mlx4_0/1"], ib_rate_gbit_per_second=100)
+    assert "mlx4_0/2 rate 56 Gb/s < 100 Gb/s (56 Gb/sec (4X FDR))" in r.reason
+
+
+def test_vm_without_ib_or_gpus() -> None:
+    """The development VM's shapes: eth0 with speed -1, virtio PCI functions without link files."""
+    r = run_links(VM, profile="generic")
+    assert r.status == "pass", r.reason
+    parts = r.details["parts"]
+    assert parts["infiniband"]["status"] == "skip" and parts["pcie"]["status"] == "skip"
+    assert [i["name"] for i in parts["ethernet"]["interfaces"]] == ["eth0"]
+
+
+def test_empty_tree_is_skip_never_pass(tmp_path: Path) -> None:
+    r = links.run(RunContext(profile=profiles.load("generic"), sysfs=tmp_path, procfs=tmp_path),
+                  {**links.DEFAULTS, "nvml": False})
+    assert r.status == "skip" and "nothing to check" in r.reason
+
+
+@pytest.mark.skipif(not Path("/sys/bus/pci/devices").is_dir(), reason="no /sys here")
+def test_this_machines_sys() -> None:
+    """The real /sys: symlinked devices; IB absent -> that part skipped; other vendors ignored."""
+    prof = profiles.load("generic")
+    ctx = RunContext(profile=prof)
+    r = links.run(ctx, runner.params_for("links", ctx))
+    assert r.status in ("pass", "warn", "skip", "fail") and r.status != "error"
+    parts = r.details["parts"]
+    if not Path("/sys/class/infiniband").exists():
+        assert parts["infiniband"]["status"] == "skip"
+    judged = {m.device for m in r.measurements if m.name == "pcie_generation"}
+    for bdf in judged:
+        vendor = (Path("/sys/bus/pci/devices") / bdf / "vendor").read_text().strip()
+        assert vendor in ("0x10de", "0x15b3")
+    if not judged and not Path("/sys/class/infiniband").exists() and not links.nvml_snapshot()[0]:
+        assert r.status in ("pass", "skip"), r.reason  # a VM like this one: nothing to drain for
+
+
+# ---- NVML: a C test double loaded by nvidia-ml-py in a child process ---------------------------------
+
+FAKE_NVML_C = textwrap.dedent(r"""
+    /* Test double of the NVML functions the links check calls, answering from environment
+       variables. Built with -Wl,-soname,libnvidia-ml.so.1 so nvidia-ml-py loads it as the driver's. */
+    #include <stdint.h>
+    #include <stdio.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #include <unistd.h>
+    typedef struct { char busIdLegacy[16]; unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+                     char busId[32]; } pci_t;
+    static const char *env(const char *k, const char *d) { const char *v = getenv(k); return v ? v : d; }
+    static int ngpu(void) { const char *s = env("FAKE_NVML_BUSIDS", ""); int n = *s ? 1 : 0;
+                            for (; *s; s++) n += *s == ','; return n; }
+    static int idx(void *h) { return (int)(intptr_t)h - 1; }
+    /* "g:v,g:v" -> v for gpu g (or for "g:l" pairs, 1 when present), else dflt */
+    static long lookup(const char *k, int g, long l, long dflt) {
+        const char *s = env(k, "");
+        while (*s) { char *e; long a = strtol(s, &e, 0); if (*e != ':') return dflt;
+                     long b = strtol(e + 1, &e, 0);
+                     if (a == g && (l < 0 || b == l)) return l < 0 ? b : 1;
+                     s = *e ? e + 1 : e; }
+        return dflt; }
+    int nvmlInitWithFlags(unsigned f) { return 0; }
+    int nvmlInit_v2(void) { return 0; }
+    int nvmlShutdown(void) { return 0; }
+    const char *nvmlErrorString(int r) { return r == 2 ? "Invalid Argument" : "Unknown Error"; }
+    int nvmlDeviceGetCount_v2(unsigned *n) { *n = ngpu(); return 0; }
+    int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
+        if ((int)i >= ngpu()) return 2; *h = (void *)(intptr_t)(i + 1); return 0; }
+    int nvmlDeviceGetPciInfo_v3(void *h, pci_t *p) {
+        const char *s = env("FAKE_NVML_BUSIDS", ""); int i = idx(h);
+        for (; i > 0 && *s; s++) if (*s == ',') i--;
+        memset(p, 0, sizeof *p); size_t n = strcspn(s, ","); if (n > 31) n = 31;
+        memcpy(p->busId, s, n); memcpy(p->busIdLegacy, s, n < 15 ? n : 15); return 0; }
+    int nvmlDeviceGetName(void *h, char *name, unsigned len) {
+        snprintf(name, len, "NVIDIA H100 80GB HBM3"); return 0; }
+    int nvmlDeviceGetPerformanceState(void *h, int *p) {
+        *p = (int)lookup("FAKE_NVML_PSTATE", idx(h), -1, 0); return 0; }
+    int nvmlDeviceGetNvLinkState(void *h, unsigned link, unsigned *active) {
+        if (*env("FAKE_NVML_HANG", "")) sleep(30);
+        if ((long)link >= atol(env("FAKE_NVML_LINKS", "18"))) return 2;
+        *active = !lookup("FAKE_NVML_DOWN", idx(h), link, 0); return 0; }
+    int nvmlDeviceGetClockInfo(void *h, int type, unsigned *mhz) { *mhz = type == 1 ? 1980 : 2619; return 0; }
+    int nvmlDeviceGetMaxClockInfo(void *h, int type, unsigned *mhz) { *mhz = type == 1 ? 1980 : 2619; return 0; }
+    int nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *r) {
+        *r = (unsigned long long)lookup("FAKE_NVML_REASONS", idx(h), -1, 1); return 0; }
+    #ifdef WITH_EVENT_REASONS
+    int nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) {
+        return nvmlDeviceGetCurrentClocksThrottleReasons(h, r); }
+    #endif
+""")
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two builds: a current driver (ClocksEventReasons) and an old one (ThrottleReasons only)."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler to build the NVML test double")
+    base = tmp_path_factory.mktemp("nvml")
+    src = base / "fake_nvml.c"
+    src.write_text(FAKE_NVML_C)
+    out = {}
+    for name, flags in (("current", ["-DWITH_EVENT_REASONS"]), ("old", [])):
+        d = base / name
+        d.mkdir()
+        subprocess.run([gcc, "-shared", "-fPIC", "-O1", *flags, "-Wl,-soname,libnvidia-ml.so.1",
+                        "-o", str(d / "libnvidia-ml.so.1"), str(src)], check=True)
+        out[name] = d
+    return out
+
+
+def validate_with_nvml(libdir: Path, sysfs: Path, tmp_path: Path, extra_sets: tuple[str, ...] = (),
+                       **fake: str) -> tuple[int, dict, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
+    env.update({"LD_LIBRARY_PATH": str(libdir), "PYTHONPATH": str(ROOT),
+                "FAKE_NVML_BUSIDS": ",".join(f"00000000:{b.upper()}:00.0" for b in GPU_BUSES)})
+    env.update({f"FAKE_NVML_{k.upper()}": v for k, v in fake.items()})
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "nodewarden", "validate", "--checks", "links", "--profile", "h100_sxm5_80gb",
+           "--sysfs", str(sysfs), "--set", "links.nvml=true", "--no-progress", "--json", str(out)]
+    for s in extra_sets:
+        cmd += ["--set", s]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    return p.returncode, json.loads(out.read_text())["checks"][0], p.stdout
+
+
+def test_nvml_all_links_up(fake_nvml, tmp_path: Path) -> None:
+    code, r, _ = validate_with_nvml(fake_nvml["current"], H100, tmp_path)
+    assert code == exitcodes.OK, r["reason"]
+    nv = r["details"]["parts"]["nvlink"]
+    assert nv["status"] == "pass" and "144 NVLinks active on 8 GPUs" in nv["reason"]
+    m = {(x["name"], x["device"]): x for x in r["measurements"]}
+    assert m[("nvlink_links_active", "0000:9b:00.0")]["value"] == 18
+    assert m[("gpu_sm_clock", "0000:18:00.0")]["value"] == 1980e6
+    assert r["details"]["gpus"][0]["clock_reasons_api"] == "nvmlDeviceGetCurrentClocksEventReasons"
+
+
+def test_nvml_link_down_fails(fake_nvml, tmp_path: Path) -> None:
+    code, r, out = validate_with_nvml(fake_nvml["current"], H100, tmp_path, down="3:5,3:17")
+    assert code == exitcodes.UNHEALTHY
+    assert "GPU 0000:5d:00.0 NVLink 5,17 down (16/18 active)" in r["reason"]
+    assert "DRAIN: nodewarden links: GPU 0000:5d:00.0 NVLink 5,17 down" in out
+
+
+def test_nvml_hw_slowdown_fails_on_an_old_driver(fake_nvml, tmp_path: Path) -> None:
+    """Drivers before ClocksEventReasons: the ThrottleReasons call answers."""
+    code, r, _ = validate_with_nvml(fake_nvml["old"], H100, tmp_path, reasons="6:0x48")
+    assert code == exitcodes.UNHEALTHY
+    assert "GPU 0000:ba:00.0 clocks held down: hw_slowdown, hw_thermal_slowdown" in r["reason"]
+    assert r["details"]["gpus"][6]["clock_reasons_api"] == "nvmlDeviceGetCurrentClocksThrottleReasons"
+
+
+def test_nvml_power_cap_is_informational(fake_nvml, tmp_path: Path) -> None:
+    code, r, _ = validate_with_nvml(fake_nvml["current"], H100, tmp_path, reasons="0:0x5")
+    assert code == exitcodes.OK, r["reason"]
+
+
+def test_idle_gpu_lowered_pcie_speed_warns_not_drains(fake_nvml, h100: Path, tmp_path: Path) -> None:
+    put(h100, "bus/pci/devices/0000:2a:00.0/current_link_speed", "2.5 GT/s PCIe")
+    code, r, _ = validate_with_nvml(fake_nvml["current"], h100, tmp_path, pstate="1:8")
+    assert code == exitcodes.OK and r["status"] == "warn"
+    assert "0000:2a:00.0 PCIe Gen1 < Gen5: GPU idle in P8" in r["reason"]
+    code, r, _ = validate_with_nvml(fake_nvml["current"], h100, tmp_path, pstate="1:0")
+    assert code == exitcodes.UNHEALTHY and "0000:2a:00.0 PCIe Gen1 < Gen5" in r["reason"]
+
+
+def test_hung_nvml_fails(fake_nvml, tmp_path: Path) -> None:
+    code, r, _ = validate_with_nvml(fake_nvml["current"], H100, tmp_path, ("links.nvml_timeout_seconds=1",),
+                                    hang="1")
+    assert code == exitcodes.UNHEALTHY and "NVML did not answer within 1 s" in r["reason"]
