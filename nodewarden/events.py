@@ -27,7 +27,8 @@ MCE = "mce"  # one "mce: [Hardware Error]: CPU N: Machine Check" record
 IB_LINK_DOWN = "ib_link_down"  # "mlx5_N: Port: P Link DOWN" (IB core), port left ACTIVE
 IB_LINK_UP = "ib_link_up"  # "mlx5_N: Port: P Link ACTIVE"
 IB_PORT_STATE = "ib_port_state"  # other IB core port states (INIT, ARMED)
-IB_FLASH_CUT = "ib_flash_cut"
+IB_FLASH_CUT = "ib_flash_cut"  # a port left ACTIVE and came back within flash_cut_max_seconds
+IB_LINK_OUTAGE = "ib_link_outage"  # a port left ACTIVE for longer than that
 NET_LINK_DOWN = "net_link_down"  # "mlx5_core <bdf> <netdev>: Link down" (Ethernet/RoCE netdev)
 NET_LINK_UP = "net_link_up"
 NIC_MODULE = "nic_module_event"  # "Port module event: module N, Cable plugged/unplugged"
@@ -35,7 +36,7 @@ UNPARSED = "unparsed"  # looked like a fault line, could not be parsed: kept raw
 
 KINDS = (
     XID, GPU_LOST, GPU_ECC, ROW_REMAP, CPU_ECC, MCE, IB_LINK_DOWN, IB_LINK_UP, IB_PORT_STATE,
-    IB_FLASH_CUT, NET_LINK_DOWN, NET_LINK_UP, NIC_MODULE, UNPARSED,
+    IB_FLASH_CUT, IB_LINK_OUTAGE, NET_LINK_DOWN, NET_LINK_UP, NIC_MODULE, UNPARSED,
 )
 
 # Timestamp kinds: how `time` was obtained.

@@ -1,26 +1,28 @@
 """The links check on sysfs trees captured from real machines (tests/fixtures/sysfs, see its
 PROVENANCE.md), mutated in a temporary copy the way a link flap or a downtrained slot changes
-them, on this machine's own /sys, and with an NVML test double (a C library that nvidia-ml-py
-loads as it would load the driver's libnvidia-ml.so.1) for NVLink and clock reasons."""
+them, on this machine's own /sys, and with the NVML simulator (tests/nvmlsim: a C library that
+nvidia-ml-py loads as it would load the driver's libnvidia-ml.so.1) for NVLink and clock reasons."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `pytest` run as a script does not put the checkout on sys.path
+    sys.path.insert(0, str(ROOT))
 
 from nodewarden import exitcodes
 from nodewarden.validator import profiles, runner
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.checks import links
+from tests import nvmlsim
 
-ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "sysfs"
 H100 = FIXTURES / "h100-hgx-ndr"
 CX3 = FIXTURES / "cx3-fdr"
@@ -312,86 +314,24 @@ def test_this_machines_sys() -> None:
         assert r.status in ("pass", "skip"), r.reason  # a VM like this one: nothing to drain for
 
 
-# ---- NVML: a C test double loaded by nvidia-ml-py in a child process ---------------------------------
-
-FAKE_NVML_C = textwrap.dedent(r"""
-    /* Test double of the NVML functions the links check calls, answering from environment
-       variables. Built with -Wl,-soname,libnvidia-ml.so.1 so nvidia-ml-py loads it as the driver's. */
-    #include <stdint.h>
-    #include <stdio.h>
-    #include <stdlib.h>
-    #include <string.h>
-    #include <unistd.h>
-    typedef struct { char busIdLegacy[16]; unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
-                     char busId[32]; } pci_t;
-    static const char *env(const char *k, const char *d) { const char *v = getenv(k); return v ? v : d; }
-    static int ngpu(void) { const char *s = env("FAKE_NVML_BUSIDS", ""); int n = *s ? 1 : 0;
-                            for (; *s; s++) n += *s == ','; return n; }
-    static int idx(void *h) { return (int)(intptr_t)h - 1; }
-    /* "g:v,g:v" -> v for gpu g (or for "g:l" pairs, 1 when present), else dflt */
-    static long lookup(const char *k, int g, long l, long dflt) {
-        const char *s = env(k, "");
-        while (*s) { char *e; long a = strtol(s, &e, 0); if (*e != ':') return dflt;
-                     long b = strtol(e + 1, &e, 0);
-                     if (a == g && (l < 0 || b == l)) return l < 0 ? b : 1;
-                     s = *e ? e + 1 : e; }
-        return dflt; }
-    int nvmlInitWithFlags(unsigned f) { return 0; }
-    int nvmlInit_v2(void) { return 0; }
-    int nvmlShutdown(void) { return 0; }
-    const char *nvmlErrorString(int r) { return r == 2 ? "Invalid Argument" : "Unknown Error"; }
-    int nvmlDeviceGetCount_v2(unsigned *n) { *n = ngpu(); return 0; }
-    int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **h) {
-        if ((int)i >= ngpu()) return 2; *h = (void *)(intptr_t)(i + 1); return 0; }
-    int nvmlDeviceGetPciInfo_v3(void *h, pci_t *p) {
-        const char *s = env("FAKE_NVML_BUSIDS", ""); int i = idx(h);
-        for (; i > 0 && *s; s++) if (*s == ',') i--;
-        memset(p, 0, sizeof *p); size_t n = strcspn(s, ","); if (n > 31) n = 31;
-        memcpy(p->busId, s, n); memcpy(p->busIdLegacy, s, n < 15 ? n : 15); return 0; }
-    int nvmlDeviceGetName(void *h, char *name, unsigned len) {
-        snprintf(name, len, "NVIDIA H100 80GB HBM3"); return 0; }
-    int nvmlDeviceGetPerformanceState(void *h, int *p) {
-        *p = (int)lookup("FAKE_NVML_PSTATE", idx(h), -1, 0); return 0; }
-    int nvmlDeviceGetNvLinkState(void *h, unsigned link, unsigned *active) {
-        if (*env("FAKE_NVML_HANG", "")) sleep(30);
-        if ((long)link >= atol(env("FAKE_NVML_LINKS", "18"))) return 2;
-        *active = !lookup("FAKE_NVML_DOWN", idx(h), link, 0); return 0; }
-    int nvmlDeviceGetClockInfo(void *h, int type, unsigned *mhz) { *mhz = type == 1 ? 1980 : 2619; return 0; }
-    int nvmlDeviceGetMaxClockInfo(void *h, int type, unsigned *mhz) { *mhz = type == 1 ? 1980 : 2619; return 0; }
-    int nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *r) {
-        *r = (unsigned long long)lookup("FAKE_NVML_REASONS", idx(h), -1, 1); return 0; }
-    #ifdef WITH_EVENT_REASONS
-    int nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) {
-        return nvmlDeviceGetCurrentClocksThrottleReasons(h, r); }
-    #endif
-""")
-
+# ---- NVML: the NVML simulator (tests/nvmlsim) loaded by nvidia-ml-py in a child process -------------
 
 @pytest.fixture(scope="module")
-def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def nvml_sim(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Two builds: a current driver (ClocksEventReasons) and an old one (ThrottleReasons only)."""
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        pytest.skip("no C compiler to build the NVML test double")
     base = tmp_path_factory.mktemp("nvml")
-    src = base / "fake_nvml.c"
-    src.write_text(FAKE_NVML_C)
-    out = {}
-    for name, flags in (("current", ["-DWITH_EVENT_REASONS"]), ("old", [])):
-        d = base / name
-        d.mkdir()
-        subprocess.run([gcc, "-shared", "-fPIC", "-O1", *flags, "-Wl,-soname,libnvidia-ml.so.1",
-                        "-o", str(d / "libnvidia-ml.so.1"), str(src)], check=True)
-        out[name] = d
-    return out
+    return {"current": nvmlsim.build(base), "old": nvmlsim.build(base, old_driver=True)}
 
 
-def validate_with_nvml(libdir: Path, sysfs: Path, tmp_path: Path, extra_sets: tuple[str, ...] = (),
-                       **fake: str) -> tuple[int, dict, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NVML_")}
-    env.update({"LD_LIBRARY_PATH": str(libdir), "PYTHONPATH": str(ROOT),
-                "FAKE_NVML_BUSIDS": ",".join(f"00000000:{b.upper()}:00.0" for b in GPU_BUSES)})
-    env.update({f"FAKE_NVML_{k.upper()}": v for k, v in fake.items()})
+def validate_with_nvml(libdir: Path, sysfs: Path, tmp_path: Path, gpus: dict[int, dict] | None = None,
+                       extra_sets: tuple[str, ...] = ()) -> tuple[int, dict, str]:
+    """``nodewarden validate --checks links`` with NVML answered by the simulator: eight idle
+    H100s on the buses of GPU_BUSES, GPU i's state changed by ``gpus[i]``."""
+    state = [nvmlsim.h100_gpu(i, f"00000000:{b.upper()}:00.0") for i, b in enumerate(GPU_BUSES)]
+    for i, patch in (gpus or {}).items():
+        state[i].update(patch)
+    env = nvmlsim.env(libdir, nvmlsim.write_state(tmp_path / "nvml.json", state))
+    env["PYTHONPATH"] = str(ROOT)
     out = tmp_path / "report.json"
     cmd = [sys.executable, "-m", "nodewarden", "validate", "--checks", "links", "--profile", "h100_sxm5_80gb",
            "--sysfs", str(sysfs), "--set", "links.nvml=true", "--no-progress", "--json", str(out)]
@@ -401,8 +341,8 @@ def validate_with_nvml(libdir: Path, sysfs: Path, tmp_path: Path, extra_sets: tu
     return p.returncode, json.loads(out.read_text())["checks"][0], p.stdout
 
 
-def test_nvml_all_links_up(fake_nvml, tmp_path: Path) -> None:
-    code, r, _ = validate_with_nvml(fake_nvml["current"], H100, tmp_path)
+def test_nvml_all_links_up(nvml_sim, tmp_path: Path) -> None:
+    code, r, _ = validate_with_nvml(nvml_sim["current"], H100, tmp_path)
     assert code == exitcodes.OK, r["reason"]
     nv = r["details"]["parts"]["nvlink"]
     assert nv["status"] == "pass" and "144 NVLinks active on 8 GPUs" in nv["reason"]
@@ -412,36 +352,36 @@ def test_nvml_all_links_up(fake_nvml, tmp_path: Path) -> None:
     assert r["details"]["gpus"][0]["clock_reasons_api"] == "nvmlDeviceGetCurrentClocksEventReasons"
 
 
-def test_nvml_link_down_fails(fake_nvml, tmp_path: Path) -> None:
-    code, r, out = validate_with_nvml(fake_nvml["current"], H100, tmp_path, down="3:5,3:17")
+def test_nvml_link_down_fails(nvml_sim, tmp_path: Path) -> None:
+    code, r, out = validate_with_nvml(nvml_sim["current"], H100, tmp_path, {3: {"nvlink_down": [5, 17]}})
     assert code == exitcodes.UNHEALTHY
     assert "GPU 0000:5d:00.0 NVLink 5,17 down (16/18 active)" in r["reason"]
     assert "DRAIN: nodewarden links: GPU 0000:5d:00.0 NVLink 5,17 down" in out
 
 
-def test_nvml_hw_slowdown_fails_on_an_old_driver(fake_nvml, tmp_path: Path) -> None:
+def test_nvml_hw_slowdown_fails_on_an_old_driver(nvml_sim, tmp_path: Path) -> None:
     """Drivers before ClocksEventReasons: the ThrottleReasons call answers."""
-    code, r, _ = validate_with_nvml(fake_nvml["old"], H100, tmp_path, reasons="6:0x48")
+    code, r, _ = validate_with_nvml(nvml_sim["old"], H100, tmp_path, {6: {"clocks_event_reasons": 0x48}})
     assert code == exitcodes.UNHEALTHY
     assert "GPU 0000:ba:00.0 clocks held down: hw_slowdown, hw_thermal_slowdown" in r["reason"]
     assert r["details"]["gpus"][6]["clock_reasons_api"] == "nvmlDeviceGetCurrentClocksThrottleReasons"
 
 
-def test_nvml_power_cap_is_informational(fake_nvml, tmp_path: Path) -> None:
-    code, r, _ = validate_with_nvml(fake_nvml["current"], H100, tmp_path, reasons="0:0x5")
+def test_nvml_power_cap_is_informational(nvml_sim, tmp_path: Path) -> None:
+    code, r, _ = validate_with_nvml(nvml_sim["current"], H100, tmp_path, {0: {"clocks_event_reasons": 0x5}})
     assert code == exitcodes.OK, r["reason"]
 
 
-def test_idle_gpu_lowered_pcie_speed_warns_not_drains(fake_nvml, h100: Path, tmp_path: Path) -> None:
+def test_idle_gpu_lowered_pcie_speed_warns_not_drains(nvml_sim, h100: Path, tmp_path: Path) -> None:
     put(h100, "bus/pci/devices/0000:2a:00.0/current_link_speed", "2.5 GT/s PCIe")
-    code, r, _ = validate_with_nvml(fake_nvml["current"], h100, tmp_path, pstate="1:8")
+    code, r, _ = validate_with_nvml(nvml_sim["current"], h100, tmp_path, {1: {"pstate": 8}})
     assert code == exitcodes.OK and r["status"] == "warn"
     assert "0000:2a:00.0 PCIe Gen1 < Gen5: GPU idle in P8" in r["reason"]
-    code, r, _ = validate_with_nvml(fake_nvml["current"], h100, tmp_path, pstate="1:0")
+    code, r, _ = validate_with_nvml(nvml_sim["current"], h100, tmp_path, {1: {"pstate": 0}})
     assert code == exitcodes.UNHEALTHY and "0000:2a:00.0 PCIe Gen1 < Gen5" in r["reason"]
 
 
-def test_hung_nvml_fails(fake_nvml, tmp_path: Path) -> None:
-    code, r, _ = validate_with_nvml(fake_nvml["current"], H100, tmp_path, ("links.nvml_timeout_seconds=1",),
-                                    hang="1")
+def test_hung_nvml_fails(nvml_sim, tmp_path: Path) -> None:
+    code, r, _ = validate_with_nvml(nvml_sim["current"], H100, tmp_path, {0: {"hang_seconds": 30}},
+                                    ("links.nvml_timeout_seconds=1",))
     assert code == exitcodes.UNHEALTHY and "NVML did not answer within 1 s" in r["reason"]

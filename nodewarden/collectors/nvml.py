@@ -1,0 +1,489 @@
+"""NVML collector: per-GPU fault counters and link state, read through nvidia-ml-py (pynvml).
+
+Every series and the NVML function it comes from (NVML API Reference Guide, ``nvml.h``); the
+``gpu`` label is the NVML device index (``nvmlDeviceGetHandleByIndex``), as a string:
+
+==============================================================================  ==========================================
+``nodewarden_gpu_info{gpu,uuid,pci_bus_id,name,minor}`` 1                       nvmlDeviceGetUUID, nvmlDeviceGetPciInfo,
+                                                                                nvmlDeviceGetName, nvmlDeviceGetMinorNumber
+``nodewarden_gpu_ecc_errors_total{gpu,type,scope}`` counter                     nvmlDeviceGetTotalEccErrors
+``nodewarden_gpu_retired_pages{gpu,cause}``                                     nvmlDeviceGetRetiredPages
+``nodewarden_gpu_retired_pages_pending{gpu}``                                   nvmlDeviceGetRetiredPagesPendingStatus
+``nodewarden_gpu_remapped_rows{gpu,cause}``                                     nvmlDeviceGetRemappedRows (corrRows, uncRows)
+``nodewarden_gpu_row_remap_pending{gpu}``, ``..._row_remap_failure{gpu}``       nvmlDeviceGetRemappedRows (isPending,
+                                                                                failureOccurred)
+``nodewarden_gpu_nvlink_state{gpu,link}`` 1 active                              nvmlDeviceGetNvLinkState
+``nodewarden_gpu_nvlink_errors_total{gpu,link,type}`` counter                   nvmlDeviceGetNvLinkErrorCounter
+``nodewarden_gpu_pcie_link_generation{gpu,which}``                              nvmlDeviceGetCurrPcieLinkGeneration,
+                                                                                nvmlDeviceGetMaxPcieLinkGeneration
+``nodewarden_gpu_pcie_link_width{gpu,which}``                                   nvmlDeviceGetCurrPcieLinkWidth,
+                                                                                nvmlDeviceGetMaxPcieLinkWidth
+``nodewarden_gpu_pcie_replays_total{gpu}`` counter                              nvmlDeviceGetPcieReplayCounter
+``nodewarden_gpu_clocks_event_reasons{gpu,reason}`` 1 active                    nvmlDeviceGetCurrentClocksEventReasons
+                                                                                (ThrottleReasons before r535)
+``nodewarden_gpu_temperature_celsius{gpu}``                                     nvmlDeviceGetTemperature (NVML_TEMPERATURE_GPU)
+``nodewarden_gpu_power_watts{gpu}``                                             nvmlDeviceGetPowerUsage (milliwatts / 1000)
+``nodewarden_gpu_lost{gpu}`` 1 lost                                             any call returning NVML_ERROR_GPU_IS_LOST
+==============================================================================  ==========================================
+
+A query that answers ``NVML_ERROR_NOT_SUPPORTED`` leaves its series out (retired pages on Ampere
+and later, which remap rows instead; NVLink on a PCIe card): absent, never an error. A call that
+answers ``NVML_ERROR_GPU_IS_LOST`` ends that GPU's poll: it exports ``nodewarden_gpu_lost 1`` and
+its ``nodewarden_gpu_info`` (remembered from an earlier poll), nothing else.
+
+Events, by comparing a poll with the previous one (kept in memory only: after a restart the
+first poll is a baseline and emits nothing; the journal already holds what was seen before):
+
+* ``gpu_ecc``: an ECC counter rose. One event per error type and poll, so that one error that
+  raises both the volatile and the aggregate counter is counted once: the volatile delta when the
+  volatile counter rose, else the aggregate delta (the volatile counter restarts at 0 when the
+  driver loads). ``attrs``: type, scope, delta, count, volatile_delta, aggregate_delta.
+* ``row_remap``: remapped rows rose, or ``isPending``/``failureOccurred`` went 0 -> 1 (a pending
+  remap needs a GPU reset; a failure means the bank is out of spare rows: RMA).
+* ``gpu_lost``: once per loss, when a GPU that answered at the previous poll is lost.
+
+The pure part (:class:`GpuReading`, :func:`samples`, :func:`events_between` and the helpers
+above it) needs no NVML; :class:`NvmlCollector` is the thin I/O around it. NVML is initialised
+lazily and again after a failure (no driver: an empty snapshot, not an error). A poll that hangs
+in the driver is left to the agent's isolation; a poll started while the previous one is still
+blocked in NVML raises at once instead of queueing more threads behind the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import socket
+import threading
+import time
+from typing import Any, Callable, Mapping, NamedTuple
+
+from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
+from nodewarden.events import GPU_ECC, GPU_LOST, ROW_REMAP, TIME_WALL, FaultEvent
+from nodewarden.parsing.pci import normalize_pci
+
+log = logging.getLogger(__name__)
+
+NAME = "nvml"
+SOURCE = "nvml"
+
+# nvmlReturn_t values (nvml.h) the collector acts on.
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+_NO_DRIVER = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND)
+
+# nvmlMemoryErrorType_t x nvmlEccCounterType_t, with our label values.
+ECC_TYPES = {"corrected": 0, "uncorrected": 1}   # NVML_MEMORY_ERROR_TYPE_CORRECTED / _UNCORRECTED
+ECC_SCOPES = {"volatile": 0, "aggregate": 1}     # NVML_VOLATILE_ECC / NVML_AGGREGATE_ECC
+# nvmlPageRetirementCause_t
+RETIREMENT_CAUSES = {"single_bit_ecc": 0, "double_bit_ecc": 1}
+# nvmlNvLinkErrorCounter_t (the data-link-layer counters nvidia-smi nvlink -e prints)
+NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
+# nvmlClocksEventReason* bits (nvml.h; "ClocksThrottleReason" before r535).
+CLOCK_EVENT_REASONS = {
+    0x001: "gpu_idle",
+    0x002: "applications_clocks_setting",
+    0x004: "sw_power_cap",
+    0x008: "hw_slowdown",
+    0x010: "sync_boost",
+    0x020: "sw_thermal",
+    0x040: "hw_thermal",
+    0x080: "hw_power_brake",
+    0x100: "display_clock",
+}
+NVML_TEMPERATURE_GPU = 0
+NVLINK_MAX_LINKS = 18  # when pynvml does not say (NVML_NVLINK_MAX_LINKS: 18 before r570, then 36)
+
+P = "nodewarden_gpu_"
+# name -> (kind, HELP); HELP names the NVML function.
+SERIES: dict[str, tuple[str, str]] = {
+    P + "info": (GAUGE, "GPU identity, value 1 (nvmlDeviceGetUUID, nvmlDeviceGetPciInfo, nvmlDeviceGetName, "
+                        "nvmlDeviceGetMinorNumber)."),
+    P + "ecc_errors_total": (COUNTER, "GPU memory ECC errors by type and scope (nvmlDeviceGetTotalEccErrors)."),
+    P + "retired_pages": (GAUGE, "GPU memory pages retired, by cause (nvmlDeviceGetRetiredPages)."),
+    P + "retired_pages_pending": (GAUGE, "1 when a page retirement waits for the next driver load "
+                                         "(nvmlDeviceGetRetiredPagesPendingStatus)."),
+    P + "remapped_rows": (GAUGE, "GPU memory rows remapped, by cause (nvmlDeviceGetRemappedRows)."),
+    P + "row_remap_pending": (GAUGE, "1 when a row remap waits for a GPU reset (nvmlDeviceGetRemappedRows isPending)."),
+    P + "row_remap_failure": (GAUGE, "1 when a row remap failed: no spare rows left "
+                                     "(nvmlDeviceGetRemappedRows failureOccurred)."),
+    P + "nvlink_state": (GAUGE, "1 when the NVLink link is active (nvmlDeviceGetNvLinkState)."),
+    P + "nvlink_errors_total": (COUNTER, "NVLink data-link-layer error counters (nvmlDeviceGetNvLinkErrorCounter)."),
+    P + "pcie_link_generation": (GAUGE, "PCIe link generation, current and max (nvmlDeviceGetCurrPcieLinkGeneration, "
+                                        "nvmlDeviceGetMaxPcieLinkGeneration)."),
+    P + "pcie_link_width": (GAUGE, "PCIe link width in lanes, current and max (nvmlDeviceGetCurrPcieLinkWidth, "
+                                   "nvmlDeviceGetMaxPcieLinkWidth)."),
+    P + "pcie_replays_total": (COUNTER, "PCIe replays (nvmlDeviceGetPcieReplayCounter)."),
+    P + "clocks_event_reasons": (GAUGE, "1 when the reason holds the clocks down (nvmlDeviceGetCurrentClocksEventReasons)."),
+    P + "temperature_celsius": (GAUGE, "GPU core temperature (nvmlDeviceGetTemperature)."),
+    P + "power_watts": (GAUGE, "GPU board power draw (nvmlDeviceGetPowerUsage)."),
+    P + "lost": (GAUGE, "1 when NVML reports the GPU lost, NVML_ERROR_GPU_IS_LOST (fallen off the bus)."),
+}
+
+
+class RemappedRows(NamedTuple):
+    """``nvmlDeviceGetRemappedRows``: corrRows, uncRows, isPending, failureOccurred."""
+
+    correctable: int
+    uncorrectable: int
+    pending: int
+    failure: int
+
+
+@dataclasses.dataclass
+class GpuReading:
+    """What one poll read from one GPU. A value NVML did not give (not supported, or another
+    error) is None or absent from its dict. ``lost``: a call answered NVML_ERROR_GPU_IS_LOST
+    (``lost_call`` names it) and the values after it were not read."""
+
+    index: int
+    lost: bool = False
+    lost_call: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None      # normalized, 0000:18:00.0
+    name: str | None = None
+    minor: int | None = None
+    ecc: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)   # (type, scope)
+    retired_pages: dict[str, int] = dataclasses.field(default_factory=dict)     # cause -> pages
+    retired_pages_pending: int | None = None
+    remapped_rows: RemappedRows | None = None
+    nvlink_state: dict[int, int] = dataclasses.field(default_factory=dict)      # link -> 1 active
+    nvlink_errors: dict[tuple[int, str], int] = dataclasses.field(default_factory=dict)  # (link, type)
+    pcie_generation: dict[str, int] = dataclasses.field(default_factory=dict)   # current / max
+    pcie_width: dict[str, int] = dataclasses.field(default_factory=dict)
+    pcie_replays: int | None = None
+    clocks_event_reasons: int | None = None
+    temperature_celsius: float | None = None
+    power_milliwatts: float | None = None
+
+    @property
+    def gpu(self) -> str:
+        return str(self.index)
+
+
+# ---- pure: readings -> samples ------------------------------------------------------------------
+
+def samples(r: GpuReading, snap: Snapshot) -> None:
+    """Add one GPU's series to ``snap`` (see the module table)."""
+
+    def add(name: str, labels: dict[str, str], value: float) -> None:
+        kind, help_ = SERIES[name]
+        snap.add(name, {"gpu": r.gpu, **labels}, value, kind, help_)
+
+    if r.uuid is not None or r.pci_bus_id is not None:
+        add(P + "info", {"uuid": r.uuid or "", "pci_bus_id": r.pci_bus_id or "", "name": r.name or "",
+                         "minor": "" if r.minor is None else str(r.minor)}, 1)
+    add(P + "lost", {}, 1 if r.lost else 0)
+    if r.lost:
+        return
+    for (typ, scope), v in sorted(r.ecc.items()):
+        add(P + "ecc_errors_total", {"type": typ, "scope": scope}, v)
+    for cause, v in sorted(r.retired_pages.items()):
+        add(P + "retired_pages", {"cause": cause}, v)
+    if r.retired_pages_pending is not None:
+        add(P + "retired_pages_pending", {}, r.retired_pages_pending)
+    if r.remapped_rows is not None:
+        rr = r.remapped_rows
+        add(P + "remapped_rows", {"cause": "correctable"}, rr.correctable)
+        add(P + "remapped_rows", {"cause": "uncorrectable"}, rr.uncorrectable)
+        add(P + "row_remap_pending", {}, 1 if rr.pending else 0)
+        add(P + "row_remap_failure", {}, 1 if rr.failure else 0)
+    for link, up in sorted(r.nvlink_state.items()):
+        add(P + "nvlink_state", {"link": str(link)}, 1 if up else 0)
+    for (link, typ), v in sorted(r.nvlink_errors.items()):
+        add(P + "nvlink_errors_total", {"link": str(link), "type": typ}, v)
+    for which, v in sorted(r.pcie_generation.items()):
+        add(P + "pcie_link_generation", {"which": which}, v)
+    for which, v in sorted(r.pcie_width.items()):
+        add(P + "pcie_link_width", {"which": which}, v)
+    if r.pcie_replays is not None:
+        add(P + "pcie_replays_total", {}, r.pcie_replays)
+    if r.clocks_event_reasons is not None:
+        for bit, reason in CLOCK_EVENT_REASONS.items():
+            add(P + "clocks_event_reasons", {"reason": reason}, 1 if r.clocks_event_reasons & bit else 0)
+    if r.temperature_celsius is not None:
+        add(P + "temperature_celsius", {}, r.temperature_celsius)
+    if r.power_milliwatts is not None:
+        add(P + "power_watts", {}, r.power_milliwatts / 1000.0)
+
+
+# ---- pure: two readings -> events ---------------------------------------------------------------
+
+def ecc_increases(prev: Mapping[tuple[str, str], int], cur: Mapping[tuple[str, str], int]
+                  ) -> list[dict[str, Any]]:
+    """One entry per ECC error type whose counters rose between two polls: ``type``, ``scope``
+    and ``delta`` (volatile when the volatile counter rose, else aggregate), ``count`` (that
+    counter's new value), ``volatile_delta`` and ``aggregate_delta``. A counter missing from
+    either poll, or that went down (volatile counters restart at driver load), counts 0."""
+    out = []
+    for typ in ECC_TYPES:
+        deltas = {}
+        for scope in ECC_SCOPES:
+            a, b = prev.get((typ, scope)), cur.get((typ, scope))
+            deltas[scope] = b - a if a is not None and b is not None and b > a else 0
+        scope = "volatile" if deltas["volatile"] > 0 else "aggregate" if deltas["aggregate"] > 0 else None
+        if scope is not None:
+            out.append({"type": typ, "scope": scope, "delta": deltas[scope], "count": cur[(typ, scope)],
+                        "volatile_delta": deltas["volatile"], "aggregate_delta": deltas["aggregate"]})
+    return out
+
+
+def remap_changes(prev: RemappedRows | None, cur: RemappedRows | None) -> list[str]:
+    """What changed for the worse in ``nvmlDeviceGetRemappedRows`` between two polls, in this
+    order: ``correctable``/``uncorrectable`` (rows rose), ``pending``/``failure`` (0 -> 1).
+    Empty when either poll lacks the values."""
+    if prev is None or cur is None:
+        return []
+    out = [c for c in ("correctable", "uncorrectable") if getattr(cur, c) > getattr(prev, c)]
+    out += [c for c in ("pending", "failure") if getattr(cur, c) and not getattr(prev, c)]
+    return out
+
+
+def newly_lost(prev: GpuReading | None, cur: GpuReading) -> bool:
+    """A GPU that answered at the previous poll and is lost now: one ``gpu_lost`` per loss."""
+    return prev is not None and not prev.lost and cur.lost
+
+
+def _describe(r: GpuReading) -> str:
+    return f"GPU {r.index}" + (f" ({r.pci_bus_id})" if r.pci_bus_id else "")
+
+
+def _event(kind: str, r: GpuReading, message: str, raw: str, now: dt.datetime, host: str | None,
+           **attrs: Any) -> FaultEvent:
+    base = {"gpu": r.index, "uuid": r.uuid}
+    if r.pci_bus_id:
+        base["pci_bus_id"] = r.pci_bus_id
+    return FaultEvent(kind=kind, message=message, raw=raw, time=now, time_kind=TIME_WALL,
+                      raw_time=f"{now.timestamp():.6f}", host=host,
+                      source=SOURCE, device=r.pci_bus_id, category="uncorrectable" if kind == GPU_LOST else "memory_ecc",
+                      attrs={**base, **attrs})
+
+
+def events_between(prev: GpuReading | None, cur: GpuReading, now: dt.datetime, host: str | None = None
+                   ) -> list[FaultEvent]:
+    """The events one GPU's poll makes against its previous poll (None: the baseline, no events)."""
+    if prev is None:
+        return []
+    out: list[FaultEvent] = []
+    if newly_lost(prev, cur):
+        out.append(_event(GPU_LOST, cur, f"{_describe(cur)} is lost: NVML_ERROR_GPU_IS_LOST",
+                          f"{cur.lost_call}(gpu {cur.index}) = NVML_ERROR_GPU_IS_LOST", now, host))
+    for inc in ecc_increases(prev.ecc, cur.ecc):
+        typ, scope = inc["type"], inc["scope"]
+        was = inc["count"] - inc["delta"]
+        out.append(_event(
+            GPU_ECC, cur, f"{_describe(cur)}: {inc['delta']} new {typ} ECC errors ({scope} count {inc['count']})",
+            f"nvmlDeviceGetTotalEccErrors(gpu {cur.index}, NVML_MEMORY_ERROR_TYPE_{typ.upper()}, "
+            f"NVML_{scope.upper()}_ECC) = {inc['count']}, was {was}", now, host, **inc))
+    a, b = prev.remapped_rows, cur.remapped_rows
+    changes = remap_changes(a, b)
+    if changes and a is not None and b is not None:
+        out.append(_event(
+            ROW_REMAP, cur,
+            f"{_describe(cur)}: remapped rows correctable {b.correctable}, uncorrectable {b.uncorrectable}, "
+            f"pending {b.pending}, failure {b.failure} ({', '.join(changes)})",
+            f"nvmlDeviceGetRemappedRows(gpu {cur.index}) = corrRows {b.correctable}, uncRows {b.uncorrectable}, "
+            f"isPending {b.pending}, failureOccurred {b.failure}; was {a.correctable}, {a.uncorrectable}, "
+            f"{a.pending}, {a.failure}", now, host,
+            changes=changes, correctable=b.correctable, uncorrectable=b.uncorrectable,
+            correctable_delta=max(0, b.correctable - a.correctable),
+            uncorrectable_delta=max(0, b.uncorrectable - a.uncorrectable), pending=b.pending, failure=b.failure))
+    return out
+
+
+# ---- I/O: pynvml -> readings --------------------------------------------------------------------
+
+class _Lost(Exception):
+    def __init__(self, call: str) -> None:
+        super().__init__(call)
+        self.call = call
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+class NvmlCollector:
+    """The polled NVML collector (contract: :mod:`nodewarden.collectors.base`).
+
+    ``hostname``: the ``host`` of events (default: this machine's name); ``clock``: the time of
+    events (seconds since the epoch). The previous poll of each GPU is kept in memory to turn
+    counter changes into events."""
+
+    name = NAME
+
+    def __init__(self, hostname: str | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.host = hostname or socket.gethostname()
+        self.clock = clock
+        self._nv: Any = None               # the pynvml module, once nvmlInit succeeded
+        self._prev: dict[int, GpuReading] = {}
+        self._identity: dict[int, tuple[str | None, str | None, str | None, int | None]] = {}
+        self._busy = threading.Lock()
+        self._init_error: str | None = None
+
+    # -- NVML lifetime ----------------------------------------------------------------------------
+    def _ensure_init(self) -> bool:
+        """nvmlInit once, and again on a later poll after it failed (driver loaded late)."""
+        if self._nv is not None:
+            return True
+        try:
+            import pynvml
+        except ImportError:
+            why = "nvidia-ml-py (pynvml) is not installed"
+        else:
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as e:
+                why = f"nvmlInit: {e}"
+            else:
+                self._nv, self._init_error = pynvml, None
+                return True
+        if why != self._init_error:
+            log.info("NVML not available (%s): no GPU series until it is", why)
+            self._init_error = why
+        return False
+
+    def _reset(self) -> None:
+        nv, self._nv = self._nv, None
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # the driver is going or gone: nothing to release
+            pass
+
+    def close(self) -> None:
+        """nvmlShutdown (the agent calls it when it stops)."""
+        if self._nv is not None:
+            self._reset()
+
+    # -- one poll ---------------------------------------------------------------------------------
+    def collect(self) -> Snapshot:
+        snap = Snapshot()
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("the previous NVML poll is still blocked in the driver")
+        try:
+            if not self._ensure_init():
+                return snap
+            nv = self._nv
+            try:
+                n = nv.nvmlDeviceGetCount()
+            except nv.NVMLError as e:
+                if e.value in _NO_DRIVER:
+                    log.warning("NVML went away (%s): will initialise again", e)
+                    self._reset()
+                    return snap
+                raise
+            now = dt.datetime.fromtimestamp(self.clock(), tz=dt.timezone.utc)
+            for index in range(n):
+                r = self.read_gpu(index)
+                if r is None:
+                    continue
+                samples(r, snap)
+                snap.events.extend(events_between(self._prev.get(index), r, now, self.host))
+                self._prev[index] = r
+            return snap
+        finally:
+            self._busy.release()
+
+    def read_gpu(self, index: int) -> GpuReading | None:
+        """Everything one poll reads from GPU ``index``; None when it has no handle for a reason
+        other than being lost."""
+        nv = self._nv
+        r = GpuReading(index)
+
+        def q(fn: str, *args: Any) -> Any:
+            """pynvml.<fn>(*args); None when not supported (or another error); _Lost when lost."""
+            f = getattr(nv, fn, None)
+            if f is None:
+                return None
+            try:
+                return f(*args)
+            except nv.NVMLError as e:
+                if e.value == NVML_ERROR_GPU_IS_LOST:
+                    raise _Lost(fn) from None
+                if e.value not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
+                    log.debug("GPU %d: %s: %s", index, fn, e)
+                return None
+
+        try:
+            h = q("nvmlDeviceGetHandleByIndex", index)
+            if h is None:
+                log.warning("GPU %d: no NVML handle", index)
+                return None
+            self._read_identity(r, q, h)
+            self._read_memory(r, q, h)
+            self._read_links(r, q, h)
+            reasons = q("nvmlDeviceGetCurrentClocksEventReasons", h)
+            if reasons is None:
+                reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+            r.clocks_event_reasons = None if reasons is None else int(reasons)
+            temp = q("nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
+            r.temperature_celsius = None if temp is None else float(temp)
+            power = q("nvmlDeviceGetPowerUsage", h)
+            r.power_milliwatts = None if power is None else float(power)
+        except _Lost as e:
+            # What was read before the loss is dropped: a lost GPU exports its identity and
+            # nodewarden_gpu_lost only, and its counters get no baseline from a half-read poll.
+            uuid, pci, name, minor = self._identity.get(index, (None, None, None, None))
+            r = GpuReading(index, lost=True, lost_call=e.call, uuid=uuid, pci_bus_id=pci, name=name, minor=minor)
+        return r
+
+    def _read_identity(self, r: GpuReading, q: Callable[..., Any], h: Any) -> None:
+        """nvmlDeviceGetUUID, nvmlDeviceGetPciInfo (busId), nvmlDeviceGetName, nvmlDeviceGetMinorNumber."""
+        uuid, pci, name = q("nvmlDeviceGetUUID", h), q("nvmlDeviceGetPciInfo", h), q("nvmlDeviceGetName", h)
+        minor = q("nvmlDeviceGetMinorNumber", h)
+        r.uuid = _text(uuid) if uuid is not None else None
+        r.pci_bus_id = normalize_pci(_text(pci.busId)) if pci is not None else None
+        r.name = _text(name) if name is not None else None
+        r.minor = int(minor) if minor is not None else None
+        self._identity[r.index] = (r.uuid, r.pci_bus_id, r.name, r.minor)
+
+    @staticmethod
+    def _read_memory(r: GpuReading, q: Callable[..., Any], h: Any) -> None:
+        """nvmlDeviceGetTotalEccErrors, nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus,
+        nvmlDeviceGetRemappedRows."""
+        for typ, t in ECC_TYPES.items():
+            for scope, s in ECC_SCOPES.items():
+                v = q("nvmlDeviceGetTotalEccErrors", h, t, s)
+                if v is not None:
+                    r.ecc[(typ, scope)] = int(v)
+        for cause, c in RETIREMENT_CAUSES.items():
+            pages = q("nvmlDeviceGetRetiredPages", h, c)
+            if pages is not None:
+                r.retired_pages[cause] = len(pages)
+        pending = q("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        r.retired_pages_pending = None if pending is None else int(bool(pending))
+        rows = q("nvmlDeviceGetRemappedRows", h)
+        if rows is not None:
+            corr, unc, pend, fail = (int(x) for x in rows)
+            r.remapped_rows = RemappedRows(corr, unc, int(bool(pend)), int(bool(fail)))
+
+    def _read_links(self, r: GpuReading, q: Callable[..., Any], h: Any) -> None:
+        """nvmlDeviceGetNvLinkState and nvmlDeviceGetNvLinkErrorCounter for each link the GPU has
+        (links it lacks answer an error); nvmlDeviceGet{Curr,Max}PcieLink{Generation,Width},
+        nvmlDeviceGetPcieReplayCounter."""
+        for link in range(int(getattr(self._nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
+            state = q("nvmlDeviceGetNvLinkState", h, link)
+            if state is None:
+                if link == 0:  # no NVLink at all (a PCIe card): the other links answer the same
+                    break
+                continue
+            r.nvlink_state[link] = 1 if state else 0
+            for typ, c in NVLINK_COUNTERS.items():
+                v = q("nvmlDeviceGetNvLinkErrorCounter", h, link, c)
+                if v is not None:
+                    r.nvlink_errors[(link, typ)] = int(v)
+        for which, fn in (("current", "nvmlDeviceGetCurrPcieLinkGeneration"), ("max", "nvmlDeviceGetMaxPcieLinkGeneration")):
+            v = q(fn, h)
+            if v is not None:
+                r.pcie_generation[which] = int(v)
+        for which, fn in (("current", "nvmlDeviceGetCurrPcieLinkWidth"), ("max", "nvmlDeviceGetMaxPcieLinkWidth")):
+            v = q(fn, h)
+            if v is not None:
+                r.pcie_width[which] = int(v)
+        replays = q("nvmlDeviceGetPcieReplayCounter", h)
+        r.pcie_replays = None if replays is None else int(replays)
