@@ -73,14 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     xi.add_argument("--policy", metavar="FILE", help="operator policy TOML overriding the shipped one")
     xi.set_defaults(func=cmd_xid)
 
-    ag = sub.add_parser("agent", help="follow the kernel log and serve /metrics (systemd service)")
-    ag.add_argument("--listen", default="127.0.0.1:9764", help="HOST:PORT for /metrics and /healthz (default %(default)s)")
-    ag.add_argument("--state-dir", default="/var/lib/nodewarden", help="cursor, counters and event journal")
-    ag.add_argument("--kmsg", default="/dev/kmsg", help=argparse.SUPPRESS)
-    ag.add_argument("--boot-id-path", default="/proc/sys/kernel/random/boot_id", help=argparse.SUPPRESS)
-    ag.add_argument("--procfs", default="/proc", help="procfs root (GPU minor numbers from driver/nvidia/gpus)")
+    ag = sub.add_parser("agent", help="follow the kernel log, poll NVML and sysfs, serve /metrics (systemd service)",
+                        description="Flags override the configuration file (see deploy/config/nodewarden-agent.toml).")
+    ag.add_argument("--config", metavar="FILE",
+                    help="TOML configuration (default: /etc/nodewarden/agent.toml when it exists)")
+    ag.add_argument("--listen", help="HOST:PORT for /metrics and /healthz (default 127.0.0.1:9764)")
+    ag.add_argument("--state-dir", help="cursor, counters, event journal, validator report (default /var/lib/nodewarden)")
+    ag.add_argument("--kmsg", help=argparse.SUPPRESS)
+    ag.add_argument("--boot-id-path", help=argparse.SUPPRESS)
+    ag.add_argument("--sysfs", help="sysfs root the polled collectors read (default /sys)")
+    ag.add_argument("--procfs", help="procfs root (GPU minor numbers from driver/nvidia/gpus; default /proc)")
+    ag.add_argument("--poll-interval", type=float, metavar="SECONDS",
+                    help="seconds between polls of NVML and sysfs (default 10)")
+    ag.add_argument("--no-validator", action="store_true", help="do not run the weekly validation")
     ag.add_argument("--hostname", help="host label of events (default: this machine's name)")
-    ag.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    ag.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
     ag.set_defaults(func=cmd_agent)
     return p
 

@@ -1,8 +1,13 @@
 """``nodewarden agent``: the per-node daemon.
 
 Modules: :mod:`~nodewarden.agent.daemon` (``run(args)``: wiring, signals, main loop),
+:mod:`~nodewarden.agent.config` (the TOML file and the flags),
 :mod:`~nodewarden.agent.follower` (``/dev/kmsg`` -> events -> counters, exactly once across
-restarts), :mod:`~nodewarden.agent.exporter` (the Prometheus series and their collector),
-:mod:`~nodewarden.agent.state` (``state.json`` and the event journal),
+restarts), :mod:`~nodewarden.agent.poller` (the polled NVML/sysfs collectors, each isolated in
+its own thread with a timeout; their events and the flash-cut detector),
+:mod:`~nodewarden.agent.flashcut` (the flash-cut detector),
+:mod:`~nodewarden.agent.schedule` (the weekly ``nodewarden validate`` run),
+:mod:`~nodewarden.agent.exporter` (the Prometheus series and their collector),
+:mod:`~nodewarden.agent.state` (``state.json`` and the bounded event journal),
 :mod:`~nodewarden.agent.server` (``/metrics`` and ``/healthz``).
 """

@@ -1,19 +1,31 @@
-"""``nodewarden agent``: follow the kernel log, count fault events, serve ``/metrics``.
+"""``nodewarden agent``: follow the kernel log, poll NVML and sysfs, count fault events and
+flash cuts, run the validator weekly, serve ``/metrics``.
 
 Threads: the main thread follows ``/dev/kmsg`` (:class:`~nodewarden.agent.follower.KmsgFollower`,
-waking at least every :data:`POLL_S` seconds); an HTTP server thread answers scrapes from a
-snapshot of the counters (:mod:`nodewarden.agent.server`).
+waking at least every :data:`POLL_S` seconds); the poller and one worker per polled collector
+(:mod:`nodewarden.agent.poller`); the validator scheduler and its subprocess
+(:mod:`nodewarden.agent.schedule`); an hourly journal pruner; an HTTP server thread answering
+scrapes from a snapshot of the counters and the collectors' last snapshots
+(:mod:`nodewarden.agent.server`). Counting, journaling and saving ``state.json`` happen under
+one lock (:attr:`Agent.lock`), shared by the follower and the collectors' event sink, so that a
+``state.json`` always holds a cursor and the counters it implies. No scrape ever waits on it.
+
+Configuration: :mod:`nodewarden.agent.config` (TOML file and flags, flags winning).
 
 Failure behaviour:
 
-* ``--listen`` malformed or not bindable, ``--state-dir`` not a directory / not creatable /
-  not readable: a message naming the option on stderr, exit code 2.
+* A bad configuration file, ``--listen`` malformed or not bindable, ``--state-dir`` not a
+  directory / not creatable / not readable: a message naming the file and key or the option on
+  stderr, exit code 2.
 * ``/dev/kmsg`` cannot be opened (no CAP_SYSLOG while ``kernel.dmesg_restrict=1``) or fails
   while reading: logged, ``nodewarden_collector_success{collector="kernel_log"} 0``, retried every
   :data:`KMSG_RETRY_S` seconds; ``/metrics`` and ``/healthz`` keep answering.
+* A polled collector's module missing: that collector disabled, logged. One that raises or
+  hangs: its ``collector_success`` 0, its last snapshot served (:mod:`nodewarden.agent.poller`).
 * State directory read-only or full: logged, counted in
   ``nodewarden_collector_state_write_errors_total``, counting goes on in memory.
-* SIGTERM/SIGINT: state written, device closed, exit code 0.
+* SIGTERM/SIGINT: polling stopped, a validator run terminated, state written, device closed,
+  exit code 0.
 """
 
 from __future__ import annotations
@@ -24,72 +36,87 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from nodewarden import __version__, exitcodes
+from nodewarden.agent import config as cf
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
-from nodewarden.agent.exporter import Counters, GpuMinors
+from nodewarden.agent.exporter import Counters, GpuMinors, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
+from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
+from nodewarden.agent.schedule import Scheduler
 from nodewarden.agent.server import AgentHTTPServer, parse_listen
 from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now
-from nodewarden.events import iso_utc
+from nodewarden.events import FaultEvent, iso_utc
 
 log = logging.getLogger("nodewarden.agent")
 
 POLL_S = 0.5  # longest wait for kernel records: bounds stop latency and the MCE idle flush
 KMSG_RETRY_S = 10.0  # seconds between attempts to (re)open /dev/kmsg
+PRUNE_S = 3600.0  # journal files past their age or size bound are deleted this often
 
 
 class Agent:
-    """The kernel-log side of the agent: owns the reader and follower, reports health.
+    """The kernel-log side of the agent: owns the reader and follower, saves ``state.json``,
+    reports health.
 
     ``position`` and ``journaled`` come from ``state.json`` and the journal (see
     :mod:`nodewarden.agent.state`); the counters are already loaded with the saved values.
+    ``observer``: the flash-cut detector's :meth:`~nodewarden.agent.poller.FlashCuts.observe_events`.
     """
 
-    def __init__(self, args: argparse.Namespace, counters: Counters, store: st.StateStore,
-                 position: st.KmsgPosition | None, journaled: frozenset[tuple[Any, ...]], host: str) -> None:
-        self.args = args
+    def __init__(self, cfg: cf.AgentConfig, counters: Counters, store: st.StateStore,
+                 position: st.KmsgPosition | None, journaled: frozenset[tuple[Any, ...]], host: str,
+                 observer: Callable[[list[FaultEvent]], list[FaultEvent]] | None = None) -> None:
+        self.cfg = cfg
         self.counters = counters
         self.store = store
         self.position = position
         self.journaled = journaled
         self.host = host
-        self.gpu_of = GpuMinors(args.procfs)
+        self.observer = observer
+        self.lock = threading.RLock()
+        self.gpu_of = GpuMinors(cfg.procfs)
         self.reader: KmsgReader | None = None
         self.follower: KmsgFollower | None = None
         self.kmsg_error: str | None = None
         self._warned_open = False
-        counters.set(ex.SUCCESS, (ex.KERNEL_LOG,), 0.0)
+        self.poller: Poller | None = None
+        self.scheduler: Scheduler | None = None
+        if cfg.enabled(ex.KERNEL_LOG):
+            counters.set(ex.SUCCESS, (ex.KERNEL_LOG,), 0.0)
         counters.set(ex.STATE_ERRORS, (), float(store.write_errors))
 
     def open_kmsg(self) -> bool:
         """Open ``--kmsg``, count what the ring buffer holds that was not counted before. True when
         following. Errors are logged and reported in metrics and /healthz, never raised."""
-        reader = KmsgReader(self.args.kmsg, self.args.boot_id_path)
+        kmsg = self.cfg.kmsg
+        reader = KmsgReader(kmsg, self.cfg.boot_id_path)
         try:
             reader.open()
         except OSError as e:
-            self._kmsg_failed(f"cannot open {self.args.kmsg}: {e.strerror or e}", first=not self._warned_open)
+            self._kmsg_failed(f"cannot open {kmsg}: {e.strerror or e}", first=not self._warned_open)
             self._warned_open = True
             return False
         if reader.boot_id is None:
-            log.warning("%s unreadable: a reboot is recognised by sequence numbers only", self.args.boot_id_path)
+            log.warning("%s unreadable: a reboot is recognised by sequence numbers only", self.cfg.boot_id_path)
         follower = KmsgFollower(reader, self.counters, self.store, host=self.host, gpu_of=self.gpu_of,
-                                boot_time=boot_time_now(), position=self.position, journaled=self.journaled)
+                                boot_time=boot_time_now(), position=self.position, journaled=self.journaled,
+                                lock=self.lock, observer=self.observer)
         try:
             n = follower.catch_up()
         except OSError as e:
             reader.close()
-            self._kmsg_failed(f"cannot read {self.args.kmsg}: {e.strerror or e}", first=True)
+            self._kmsg_failed(f"cannot read {kmsg}: {e.strerror or e}", first=True)
             return False
-        self.reader, self.follower, self.journaled = reader, follower, frozenset()
+        with self.lock:
+            self.reader, self.follower, self.journaled = reader, follower, frozenset()
         self.kmsg_error = None
         self._warned_open = False
         self.counters.set(ex.SUCCESS, (ex.KERNEL_LOG,), 1.0)
         log.info("following %s (boot %s, up to seq %s): %d event(s) counted from the ring buffer",
-                 self.args.kmsg, reader.boot_id, follower.seq, n)
+                 kmsg, reader.boot_id, follower.seq, n)
         return True
 
     def follow(self, stop: threading.Event) -> None:
@@ -102,17 +129,34 @@ class Agent:
             try:
                 self.follower.poll(POLL_S)
             except OSError as e:
-                self._kmsg_failed(f"reading {self.args.kmsg}: {e.strerror or e}", first=True)
+                self._kmsg_failed(f"reading {self.cfg.kmsg}: {e.strerror or e}", first=True)
                 self.close()
 
     def close(self) -> None:
         """Persist (cursor + counters) and close the device. Never raises."""
-        if self.follower is not None:
-            self.follower.commit(force=True)
-            self.position = self.follower.position()
-        if self.reader is not None:
-            self.reader.close()
-        self.reader = self.follower = None
+        with self.lock:
+            if self.follower is not None:
+                self.follower.commit(force=True)
+                self.position = self.follower.position()
+            if self.reader is not None:
+                self.reader.close()
+            self.reader = self.follower = None
+
+    def save_state(self) -> bool:
+        """Write ``state.json`` now: the follower's cursor (or the saved one while there is no
+        follower) and the counters, under :attr:`lock`. The polled collectors' sink calls this."""
+        with self.lock:
+            pos = self.follower.position() if self.follower is not None else self.position
+            ok = self.store.save(st.AgentState(kmsg=pos, counters=self.counters.to_json()))
+            self.counters.set(ex.STATE_ERRORS, (), float(self.store.write_errors))
+            return ok
+
+    def snapshot(self) -> dict[SeriesKey, float]:
+        """What a scrape renders: the counters, with the state directory's gauges refreshed."""
+        self.counters.set(ex.STATE_ERRORS, (), float(self.store.write_errors))
+        self.counters.set(ex.JOURNAL_BYTES, (), float(self.store.journal_bytes))
+        self.counters.set(ex.JOURNAL_DROPPED, (), float(self.store.journal_dropped))
+        return self.counters.snapshot()
 
     def _kmsg_failed(self, msg: str, first: bool) -> None:
         self.kmsg_error = msg
@@ -124,19 +168,26 @@ class Agent:
             log.debug("%s", msg)
 
     def health(self) -> dict[str, Any]:
-        """The /healthz body: ``ok`` (kmsg followed and state directory writable), ``kmsg_readable``,
-        ``last_record_time`` (kernel time of the newest record read, UTC ISO 8601, or null),
-        ``state_dir_writable``, ``events_counted`` (since start), errors, ``version``, ``host``."""
+        """The /healthz body: ``ok`` (kmsg followed, unless the kernel-log collector is off, and
+        state directory writable), ``kmsg_readable``, ``last_record_time`` (kernel time of the
+        newest record read, UTC ISO 8601, or null), ``state_dir_writable``, ``events_counted``
+        (kernel-log events, since start), errors, ``collectors`` (each polled collector's
+        health), ``validator`` (null when off), ``version``, ``host``. A failing polled collector
+        does not make ``ok`` false: its ``collector_success`` says so, and the node may lack the
+        hardware it reads."""
         f = self.follower
         kmsg_ok = f is not None
+        kmsg_needed = self.cfg.enabled(ex.KERNEL_LOG)
         return {
-            "ok": kmsg_ok and self.store.writable,
+            "ok": (kmsg_ok or not kmsg_needed) and self.store.writable,
             "kmsg_readable": kmsg_ok,
             "last_record_time": iso_utc(f.last_record_time) if f is not None else None,
             "state_dir_writable": self.store.writable,
             "events_counted": f.events_counted if f is not None else 0,
             "kmsg_error": self.kmsg_error,
             "state_error": self.store.last_error,
+            "collectors": self.poller.health() if self.poller is not None else {},
+            "validator": self.scheduler.health() if self.scheduler is not None else None,
             "version": __version__,
             "host": self.host,
         }
@@ -152,40 +203,75 @@ def _usage(msg: str) -> int:
     return exitcodes.USAGE
 
 
+def _prune_loop(store: st.StateStore, stop: threading.Event) -> None:
+    while not stop.wait(PRUNE_S):
+        try:
+            store.prune_journal()
+        except Exception:
+            log.exception("pruning the event journal failed")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT. Returns the exit code: 0 after a clean stop, 2 for a
-    bad ``--listen`` or an unusable ``--state-dir`` (message on stderr)."""
-    _setup_logging(args.log_level)
-    host = args.hostname or socket.gethostname()
+    bad configuration, ``--listen`` or ``--state-dir`` (message on stderr)."""
     try:
-        addr = parse_listen(args.listen)
+        cfg = cf.resolve(args)
+    except cf.ConfigError as e:
+        return _usage(str(e))
+    _setup_logging(cfg.log_level)
+
+    def opt(flag: str, key: str) -> str:  # how to name a setting in a message: its flag or its file key
+        given = getattr(args, flag.lstrip("-").replace("-", "_"), None) is not None
+        return flag if given or cfg.source is None else f"{cfg.source}: {key}"
+
+    host = cfg.hostname or socket.gethostname()
+    try:
+        addr = parse_listen(cfg.listen)
     except ValueError as e:
-        return _usage(f"--listen: {e}")
+        return _usage(f"{opt('--listen', 'listen')}: {e}")
     try:
-        state_dir = st.prepare_state_dir(args.state_dir)
+        state_dir = st.prepare_state_dir(cfg.state_dir)
         saved = st.load_state(state_dir)
     except st.StateDirError as e:
-        return _usage(f"--state-dir: {e}")
+        return _usage(f"{opt('--state-dir', 'state_dir')}: {e}")
     except OSError as e:
-        return _usage(f"--state-dir: {args.state_dir}: cannot read {st.STATE_FILE}: {e.strerror or e}")
+        return _usage(f"{opt('--state-dir', 'state_dir')}: {cfg.state_dir}: cannot read {st.STATE_FILE}: "
+                      f"{e.strerror or e}")
 
-    store = st.StateStore(state_dir)
+    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days)
     if store.probe():
         st.remove_temp_files(state_dir)
+    store.prune_journal()
     counters = Counters()
     counters.load_json(saved.counters)
-    agent = Agent(args, counters, store, saved.kmsg, st.journaled_keys(state_dir, saved.kmsg), host)
+    detector = load_detector(cfg.flash_cut_max_seconds)
+    flash = FlashCuts(detector, counters, host=host) if detector is not None else None
+    agent = Agent(cfg, counters, store, saved.kmsg, st.journaled_keys(state_dir, saved.kmsg), host,
+                  observer=flash.observe_events if flash is not None else None)
+    collectors = build_collectors([c for c in cfg.enabled_collectors if c != ex.KERNEL_LOG], cfg.sysfs, host)
+    if collectors:
+        sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host)
+        agent.poller = Poller(collectors, counters, sink, interval=cfg.poll_interval_seconds,
+                              timeout=cfg.collector_timeout_seconds)
+    if cfg.validator.enabled:
+        v = cfg.validator
+        agent.scheduler = Scheduler(counters, state_dir, host, interval_days=v.interval_days,
+                                    jitter_hours=v.jitter_hours, args=v.args, timeout_s=v.timeout_seconds)
 
     try:
-        server = AgentHTTPServer(addr, ex.make_registry(counters.snapshot), agent.health)
+        registry = ex.make_registry(agent.snapshot, agent.poller.samples if agent.poller is not None else None)
+        server = AgentHTTPServer(addr, registry, agent.health)
     except OSError as e:
-        return _usage(f"--listen {args.listen}: cannot listen: {e.strerror or e}")
+        return _usage(f"{opt('--listen', 'listen')} {cfg.listen}: cannot listen: {e.strerror or e}")
     except (OverflowError, ValueError) as e:
-        return _usage(f"--listen {args.listen}: {e}")
+        return _usage(f"{opt('--listen', 'listen')} {cfg.listen}: {e}")
     http = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="http", daemon=True)
     http.start()
-    log.info("nodewarden %s agent on %s: serving http://%s/metrics, state in %s",
-             __version__, host, args.listen, state_dir)
+    log.info("nodewarden %s agent on %s: serving http://%s/metrics, state in %s%s; polled collectors: %s; "
+             "validator: %s", __version__, host, cfg.listen, state_dir,
+             f", config {cfg.source}" if cfg.source else "",
+             ", ".join(agent.poller.names) if agent.poller is not None else "none",
+             "on" if agent.scheduler is not None else "off")
 
     stop = threading.Event()
 
@@ -195,10 +281,27 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    pruner = threading.Thread(target=_prune_loop, args=(store, stop), name="journal-prune", daemon=True)
+    pruner.start()
+    if agent.poller is not None:
+        agent.poller.start()
+    if agent.scheduler is not None:
+        agent.scheduler.start()
     try:
-        agent.follow(stop)
+        if cfg.enabled(ex.KERNEL_LOG):
+            agent.follow(stop)
+        else:
+            log.info("kernel-log collector off ([collectors] kernel_log = false)")
+            while not stop.wait(1.0):
+                pass
     finally:
+        stop.set()
+        if agent.poller is not None:
+            agent.poller.stop()
+        if agent.scheduler is not None:
+            agent.scheduler.stop()
         agent.close()
+        agent.save_state()
         server.shutdown()
         server.server_close()
     log.info("stopped")

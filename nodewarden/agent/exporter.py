@@ -1,8 +1,9 @@
 """The agent's Prometheus series: what each FaultEvent adds, the counter store, and the
-custom collector that renders a snapshot of it on each scrape.
+custom collector that renders, on each scrape, a snapshot of it merged with the last snapshots
+of the polled collectors (:mod:`nodewarden.agent.poller`).
 
-Series (prefix ``nodewarden_``, base units; ``P`` = persisted in ``state.json`` across restarts,
-so a counter only resets when the state directory is lost):
+The agent's own series (prefix ``nodewarden_``, base units; ``P`` = persisted in ``state.json``
+across restarts, so a counter only resets when the state directory is lost):
 
 ===========================================================  =======  =====  ======================================================
 series                                                       type     P      meaning / source
@@ -13,19 +14,32 @@ series                                                       type     P      mea
                                                                              ``<procfs>/driver/nvidia/gpus/<pci_bus_id>/information``
                                                                              ("Device Minor:"), ``""`` when absent; ``category``:
                                                                              the Xid group from :func:`nodewarden.catalog.group_of`.
-``edac_correctable_errors_total{controller,dimm}``           counter  yes    EDAC ``N CE`` lines (and ``Deferred``): adds N.
-                                                                             ``controller`` ``mc<N>``, ``dimm`` the EDAC label.
-``edac_uncorrectable_errors_total{controller,dimm}``         counter  yes    EDAC ``N UE`` lines (and ``Fatal``): adds N.
+``edac_logged_errors_total{controller,dimm,type}``           counter  yes    EDAC ``N CE``/``N UE`` lines of the kernel log (and
+                                                                             ``Deferred``/``Fatal``): adds N. ``controller``
+                                                                             ``mc<N>``, ``dimm`` the EDAC label, ``type``
+                                                                             ``corrected``/``uncorrected``. What the log said: the
+                                                                             authoritative counts are the sysfs EDAC collector's
+                                                                             ``edac_correctable_errors_total`` and
+                                                                             ``edac_uncorrectable_errors_total`` (the kernel
+                                                                             rate-limits its log; a full ring buffer drops lines).
 ``mce_events_total{type}``                                   counter  yes    one per machine-check record; ``type``
                                                                              ``corrected``/``uncorrected`` (MCi_STATUS.UC, or the
                                                                              ``Machine Check Exception`` form).
 ``ib_link_events_total{device,port,state}``                  counter  yes    IB core ``<rdma dev>: Port: P Link <STATE>`` lines;
                                                                              ``state`` as printed (DOWN, ACTIVE, INIT, ARMED,
                                                                              ACTIVE_DEFER).
-``collector_events_total{collector,kind}``                   counter  yes    every event the kernel-log collector emitted, by
+``ib_flash_cuts_total{device,port}``                         counter  yes    a port that left ACTIVE/LinkUp and was back within
+                                                                             ``[flash_cut] max_seconds`` (kernel-log down/up pair,
+                                                                             state change between polls, or a ``link_downed`` rise
+                                                                             between two ACTIVE polls); from
+                                                                             :class:`nodewarden.agent.flashcut.FlashCutDetector`.
+``ib_link_outages_total{device,port}``                       counter  yes    the same, back later than ``max_seconds``.
+``collector_events_total{collector,kind}``                   counter  yes    every event a collector emitted, by
                                                                              :data:`nodewarden.events.KINDS` kind (incl. kinds
                                                                              without a series of their own: ``net_link_down``,
-                                                                             ``nic_module_event``, ``unparsed``...).
+                                                                             ``nic_module_event``, ``unparsed``...). The series
+                                                                             above count kernel-log events only; ``collector``
+                                                                             ``flash_cut`` holds the detector's own events.
 ``collector_unparsed_lines_total{collector}``                counter  yes    fault-looking records the parsers could not read
                                                                              (kept raw in the journal).
 ``collector_kmsg_overruns_total``                            counter  yes    times the reader fell behind the ring buffer
@@ -35,15 +49,43 @@ series                                                       type     P      mea
                                                                              the saved cursor while the agent was down).
 ``collector_state_write_errors_total``                       counter  no     failed writes of ``state.json`` or of the event
                                                                              journal (read-only or full state directory).
+``collector_journal_bytes``                                  gauge    no     bytes in the event journal files (bounded by
+                                                                             ``[journal] max_bytes``).
+``collector_journal_dropped_events_total``                   counter  no     events not journaled because the newest journal
+                                                                             file alone filled ``max_bytes`` (still counted).
 ``collector_success{collector}``                             gauge    no     1 when the collector's last run worked, else 0
-                                                                             (``kernel_log``: ``/dev/kmsg`` open and readable).
-``collector_duration_seconds{collector}``                    gauge    no     seconds the collector's last run took
+                                                                             (``kernel_log``: ``/dev/kmsg`` open and readable; a
+                                                                             polled collector: its last ``collect()`` returned in
+                                                                             time, 0 while it raises or hangs).
+``collector_duration_seconds{collector}``                    gauge    no     seconds the collector's last completed run took
                                                                              (``kernel_log``: read, parse, count, journal, persist
                                                                              one batch of records).
+``collector_last_success_timestamp_seconds{collector}``      gauge    no     Unix time the polled collector last succeeded.
+``validator_check_status{check,status}``                     gauge    no     1 for each check's status in the last report of the
+                                                                             agent's scheduled ``nodewarden validate``, 0 for the
+                                                                             other statuses (:mod:`nodewarden.agent.schedule`).
+``validator_check_value{check,metric,unit,device}``          gauge    no     the report's numeric measurements.
+``validator_last_run_timestamp_seconds``                     gauge    no     ``finished`` time of the report exported.
+``validator_last_exit_code``                                 gauge    no     exit code of the last run (0 healthy, 1 unhealthy,
+                                                                             2 usage, 3 incomplete; 127 could not start;
+                                                                             negative: killed by that signal, -15 or -9 after
+                                                                             its timeout).
+``validator_last_attempt_timestamp_seconds``                 gauge    no     Unix time the last run started.
+``validator_next_run_timestamp_seconds``                     gauge    no     when the next run is due (or retried, GPUs busy).
 ``build_info{version}``                                      gauge    no     1; ``version`` is :data:`nodewarden.__version__`.
 ===========================================================  =======  =====  ======================================================
 
-Cardinality is bounded by the hardware: GPUs x Xid codes seen, DIMMs, IB ports, event kinds.
+The validator series are not in ``state.json``: they are read back from ``validate.json`` and
+``schedule.json`` at start.
+
+Polled collectors' series (:class:`nodewarden.collectors.base.Sample`) are exported as given,
+after a contract check (:func:`check_samples`): a name outside ``nodewarden_``, an invalid
+metric or label name, a counter without ``_total`` (or a gauge with it), a name the agent
+exports itself, a name given with two types, or a series (name and label set) given twice is
+logged once and dropped, so that the output never holds the same series twice.
+
+Cardinality is bounded by the hardware: GPUs x Xid codes seen, DIMMs, IB ports, event kinds,
+validator checks and their measurements.
 
 The exporter follows prometheus/client_python's custom-collector pattern: no global metric
 objects; :class:`Counters` holds plain numbers under a lock, and :class:`AgentCollector` yields
@@ -55,6 +97,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -64,6 +107,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from nodewarden import __version__
 from nodewarden import events as ev
+from nodewarden.collectors.base import COUNTER, GAUGE, Sample
 from nodewarden.events import FaultEvent
 
 log = logging.getLogger(__name__)
@@ -86,14 +130,17 @@ class Family:
 
 XID = Family(PREFIX + "gpu_xid_errors_total", "counter",
              "NVIDIA Xid errors reported in the kernel log.", ("gpu", "pci_bus_id", "xid", "category"))
-EDAC_CE = Family(PREFIX + "edac_correctable_errors_total", "counter",
-                 "Corrected memory errors reported by EDAC in the kernel log.", ("controller", "dimm"))
-EDAC_UE = Family(PREFIX + "edac_uncorrectable_errors_total", "counter",
-                 "Uncorrected memory errors reported by EDAC in the kernel log.", ("controller", "dimm"))
+EDAC_LOGGED = Family(PREFIX + "edac_logged_errors_total", "counter",
+                     "Memory errors reported by EDAC in the kernel log (the sysfs EDAC counters are authoritative).",
+                     ("controller", "dimm", "type"))
 MCE = Family(PREFIX + "mce_events_total", "counter",
              "Machine-check records in the kernel log, by severity.", ("type",))
 IB_LINK = Family(PREFIX + "ib_link_events_total", "counter",
                  "InfiniBand port state changes reported in the kernel log.", ("device", "port", "state"))
+FLASH_CUTS = Family(PREFIX + "ib_flash_cuts_total", "counter",
+                    "InfiniBand port drops shorter than the flash-cut limit (flash cuts).", ("device", "port"))
+OUTAGES = Family(PREFIX + "ib_link_outages_total", "counter",
+                 "InfiniBand port drops longer than the flash-cut limit.", ("device", "port"))
 EVENTS = Family(PREFIX + "collector_events_total", "counter",
                 "Fault events emitted by a collector, by kind.", ("collector", "kind"))
 UNPARSED = Family(PREFIX + "collector_unparsed_lines_total", "counter",
@@ -104,15 +151,45 @@ LOST = Family(PREFIX + "collector_kmsg_lost_records_total", "counter",
               "Kernel log records known lost (gaps in /dev/kmsg sequence numbers).")
 STATE_ERRORS = Family(PREFIX + "collector_state_write_errors_total", "counter",
                       "Failed writes of the agent state file or event journal.", (), persist=False)
+JOURNAL_BYTES = Family(PREFIX + "collector_journal_bytes", "gauge",
+                       "Bytes in the agent's event journal files.", (), persist=False)
+JOURNAL_DROPPED = Family(PREFIX + "collector_journal_dropped_events_total", "counter",
+                         "Events not journaled because the journal reached its size bound.", (), persist=False)
 SUCCESS = Family(PREFIX + "collector_success", "gauge",
                  "Whether the collector's last run succeeded (1) or failed (0).", ("collector",), persist=False)
 DURATION = Family(PREFIX + "collector_duration_seconds", "gauge",
-                  "Duration of the collector's last run.", ("collector",), persist=False)
+                  "Duration of the collector's last completed run.", ("collector",), persist=False)
+LAST_SUCCESS = Family(PREFIX + "collector_last_success_timestamp_seconds", "gauge",
+                      "Unix time of the collector's last successful run.", ("collector",), persist=False)
+VAL_STATUS = Family(PREFIX + "validator_check_status", "gauge",
+                    "Status of each check in the last scheduled validator run (1 for the status it has).",
+                    ("check", "status"), persist=False)
+VAL_VALUE = Family(PREFIX + "validator_check_value", "gauge",
+                   "Values measured by the last scheduled validator run.", ("check", "metric", "unit", "device"),
+                   persist=False)
+VAL_LAST_RUN = Family(PREFIX + "validator_last_run_timestamp_seconds", "gauge",
+                      "End of the validator run whose report is exported (Unix time).", (), persist=False)
+VAL_EXIT = Family(PREFIX + "validator_last_exit_code", "gauge",
+                  "Exit code of the last scheduled validator run (negative: killed by that signal).", (),
+                  persist=False)
+VAL_ATTEMPT = Family(PREFIX + "validator_last_attempt_timestamp_seconds", "gauge",
+                     "Start of the last scheduled validator run (Unix time).", (), persist=False)
+VAL_NEXT = Family(PREFIX + "validator_next_run_timestamp_seconds", "gauge",
+                  "When the next scheduled validator run is due or retried (Unix time).", (), persist=False)
 BUILD_INFO = Family(PREFIX + "build_info", "gauge", "nodewarden version; always 1.", ("version",), persist=False)
 
-FAMILIES: tuple[Family, ...] = (XID, EDAC_CE, EDAC_UE, MCE, IB_LINK, EVENTS, UNPARSED, OVERRUNS, LOST,
-                                STATE_ERRORS, SUCCESS, DURATION, BUILD_INFO)
+FAMILIES: tuple[Family, ...] = (XID, EDAC_LOGGED, MCE, IB_LINK, FLASH_CUTS, OUTAGES, EVENTS, UNPARSED, OVERRUNS,
+                                LOST, STATE_ERRORS, JOURNAL_BYTES, JOURNAL_DROPPED, SUCCESS, DURATION, LAST_SUCCESS,
+                                VAL_STATUS, VAL_VALUE, VAL_LAST_RUN, VAL_EXIT, VAL_ATTEMPT, VAL_NEXT, BUILD_INFO)
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
+
+# Series of earlier versions still found in state.json: name -> (family now, label values
+# appended to the old ones). Loaded into the new series, so counters stay monotonic across an
+# upgrade. 0.1.0 named the kernel-log EDAC counts like the sysfs EDAC counters.
+LEGACY: dict[str, tuple[Family, tuple[str, ...]]] = {
+    PREFIX + "edac_correctable_errors_total": (EDAC_LOGGED, ("corrected",)),
+    PREFIX + "edac_uncorrectable_errors_total": (EDAC_LOGGED, ("uncorrected",)),
+}
 
 Increment = tuple[Family, tuple[str, ...], float]
 SeriesKey = tuple[str, tuple[str, ...]]
@@ -149,17 +226,24 @@ class GpuMinors:
 # Events -> increments (pure)
 
 def increments(event: FaultEvent, gpu_of: Callable[[str | None], str], collector: str = KERNEL_LOG) -> list[Increment]:
-    """The counter increments one event makes: always one in ``collector_events_total`` by kind,
-    plus its own series (see the module table). ``gpu_of`` maps a PCI bus id to the ``gpu`` label."""
+    """The counter increments one event makes: always one in ``collector_events_total`` by
+    collector and kind; a kernel-log event also its own series (see the module table).
+    ``gpu_of`` maps a PCI bus id to the ``gpu`` label.
+
+    Events of the polled collectors count in ``collector_events_total`` only: their hardware
+    counters are exported as samples, and an Xid or a link change that NVML or sysfs also
+    reports must not be counted twice in the kernel-log series."""
     out: list[Increment] = [(EVENTS, (collector, event.kind), 1.0)]
+    if collector != KERNEL_LOG:
+        return out
     a = event.attrs
     if event.kind == ev.XID and event.code is not None:
         pci = event.pci_bus_id or ""
         category = event.category or _group(event.code)
         out.append((XID, (gpu_of(pci) if pci else "", pci, str(event.code), category), 1.0))
     elif event.kind == ev.CPU_ECC and "mc" in a:
-        fam = EDAC_UE if a.get("type") == "uncorrected" else EDAC_CE
-        out.append((fam, (f"mc{a['mc']}", str(a.get("label", ""))), float(a.get("count", 1))))
+        kind = "uncorrected" if a.get("type") == "uncorrected" else "corrected"
+        out.append((EDAC_LOGGED, (f"mc{a['mc']}", str(a.get("label", "")), kind), float(a.get("count", 1))))
     elif event.kind == ev.MCE:
         out.append((MCE, (str(a.get("type") or event.category or "corrected"),), 1.0))
     elif event.kind in (ev.IB_LINK_DOWN, ev.IB_LINK_UP, ev.IB_PORT_STATE) and "rdma_device" in a:
@@ -207,6 +291,18 @@ class Counters:
         for fam, labels, value in incs:
             self.add(fam, labels, value)
 
+    def replace(self, family: Family, values: Mapping[tuple[str, ...], float]) -> None:
+        """Replace every series of ``family`` with ``values`` at once (a scrape sees the old set or
+        the new one): series that are gone disappear (a check no longer in the report)."""
+        for labels in values:
+            if len(labels) != len(family.labels):
+                raise ValueError(f"{family.name}: expected labels {family.labels}, got {labels}")
+        with self._lock:
+            for key in [k for k in self._values if k[0] == family.name]:
+                del self._values[key]
+            for labels, value in values.items():
+                self._values[(family.name, tuple(labels))] = float(value)
+
     def get(self, family: Family, labels: tuple[str, ...] = ()) -> float:
         with self._lock:
             return self._values.get((family.name, labels), 0.0)
@@ -226,18 +322,24 @@ class Counters:
         return out
 
     def load_json(self, items: Iterable[Mapping[str, Any]]) -> int:
-        """Add persisted series (from :meth:`to_json`). Entries of unknown families or with other
-        label names (a file from another version) are skipped and logged. Returns entries loaded."""
+        """Add persisted series (from :meth:`to_json`); series of earlier versions (:data:`LEGACY`)
+        go into the series that replaced them. Entries of unknown families or with other label
+        names (a file from another version) are skipped and logged. Returns entries loaded."""
         n = 0
         for item in items:
             try:
-                fam = BY_NAME[item["name"]]
-                labels = item.get("labels") or {}
-                if not fam.persist or set(labels) != set(fam.labels):
+                labels = dict(item.get("labels") or {})
+                extra: tuple[str, ...] = ()
+                if item["name"] in LEGACY:
+                    fam, extra = LEGACY[item["name"]]
+                else:
+                    fam = BY_NAME[item["name"]]
+                old = fam.labels[:len(fam.labels) - len(extra)]
+                if not fam.persist or set(labels) != set(old):
                     raise KeyError(item["name"])
-                self.add(fam, tuple(str(labels[k]) for k in fam.labels), float(item["value"]))
+                self.add(fam, tuple(str(labels[k]) for k in old) + extra, float(item["value"]))
                 n += 1
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError):
                 log.warning("state: skipping a stored series this version does not know: %r", item)
         return n
 
@@ -245,16 +347,110 @@ class Counters:
 # ---------------------------------------------------------------------------------------------
 # The collector
 
+# The polled collectors' samples: the contract check and the merge
+
+PolledSample = tuple[str, Sample]  # (collector name, sample)
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+# Sample names a family of the agent's occupies in the text format (a counter's TYPE line is
+# written with and without ``_total`` depending on the client version).
+RESERVED: frozenset[str] = frozenset(
+    n for f in FAMILIES for n in ((f.name, f.name[:-len("_total")]) if f.type == "counter" else (f.name,)))
+
+
+@dataclasses.dataclass
+class PolledFamily:
+    """The samples of one metric name from the polled collectors, after :func:`check_samples`."""
+
+    name: str
+    type: str
+    help: str
+    collector: str  # the first collector that gave the name
+    samples: dict[tuple[tuple[str, str], ...], float] = dataclasses.field(default_factory=dict)
+
+
+def check_samples(polled: Iterable[PolledSample],
+                  reserved: frozenset[str] = RESERVED) -> tuple[dict[str, PolledFamily], list[str]]:
+    """The contract check on the polled collectors' samples (pure): returns the families kept,
+    by name, and one message per sample dropped. Dropped: a name without the ``nodewarden_``
+    prefix or not a valid metric name; an invalid, reserved (``__``) or repeated label name; a
+    counter whose name does not end in ``_total`` or a gauge whose name does; a name among
+    ``reserved`` (the agent's own families); a name already given with the other type (the
+    first type seen wins; collectors are given in a fixed order); a series (name and label set,
+    whatever the label order) already given. Nothing is ever emitted twice."""
+    fams: dict[str, PolledFamily] = {}
+    base_of: dict[str, str] = {}  # text-format names occupied -> the family name occupying them
+    problems: list[str] = []
+    for collector, s in polled:
+        why = _sample_problem(s, reserved)
+        if why is None:
+            base = s.name[:-len("_total")] if s.kind == COUNTER else s.name
+            fam = fams.get(s.name)
+            other = base_of.get(base) if fam is None else None
+            if fam is not None and fam.type != s.kind:
+                why = f"{collector}: {s.name} given as a {s.kind}, but {fam.collector} gave it as a {fam.type}"
+            elif other is not None:
+                why = f"{collector}: {s.name} clashes with {other} of {fams[other].collector}"
+        if why is None:
+            if fam is None:
+                fam = fams[s.name] = PolledFamily(s.name, s.kind, s.help, collector)
+                base_of[base] = base_of[s.name] = s.name
+            key = tuple(sorted(s.labels))
+            if key in fam.samples:
+                why = f"{collector}: {s.name}{_fmt_labels(s.labels)} given twice"
+            else:
+                fam.samples[key] = s.value
+                if not fam.help and s.help:
+                    fam.help = s.help
+                continue
+        problems.append(f"{why}; dropped")
+    return fams, problems
+
+
+def _sample_problem(s: Sample, reserved: frozenset[str]) -> str | None:
+    if not isinstance(s.name, str) or not s.name.startswith(PREFIX) or not _METRIC_NAME.match(s.name):
+        return f"{s.name!r} is not a metric name starting with {PREFIX!r}"
+    if s.kind not in (COUNTER, GAUGE):
+        return f"{s.name}: unknown type {s.kind!r}"
+    if s.kind == COUNTER and not s.name.endswith("_total"):
+        return f"{s.name}: a counter's name must end in _total"
+    if s.kind == GAUGE and s.name.endswith("_total"):
+        return f"{s.name}: a gauge's name must not end in _total (that is a counter's)"
+    if s.name in reserved or (s.kind == COUNTER and s.name[:-len("_total")] in reserved):
+        return f"{s.name}: the agent exports this name itself"
+    names = [k for k, _ in s.labels]
+    bad = [k for k in names if not isinstance(k, str) or not _LABEL_NAME.match(k) or k.startswith("__")]
+    if bad or len(set(names)) != len(names):
+        return f"{s.name}: bad or repeated label name(s) {names}"
+    if not isinstance(s.value, (int, float)) or isinstance(s.value, bool):
+        return f"{s.name}: value {s.value!r} is not a number"
+    return None
+
+
+def _fmt_labels(labels: tuple[tuple[str, str], ...]) -> str:
+    return "{" + ",".join(f"{k}={v!r}" for k, v in labels) + "}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The collector
+
 class AgentCollector(Collector):
     """prometheus_client custom collector: one fresh family per :data:`FAMILIES` entry per scrape,
-    from ``snapshot()`` (a :meth:`Counters.snapshot`). Families without samples are still
-    yielded (HELP/TYPE only), so a scrape shows every series the agent can export.
+    from ``snapshot()`` (a :meth:`Counters.snapshot`), then the polled collectors' families from
+    ``polled()`` (``(collector, Sample)`` pairs, see :func:`check_samples`), by name. Families of
+    the agent without samples are still yielded (HELP/TYPE only), so a scrape shows every series
+    the agent can export.
 
-    A snapshot that raises serves the last good one instead (a scrape never breaks)."""
+    A snapshot that raises serves the last good one instead (a scrape never breaks). A contract
+    problem in the polled samples is logged once (as a warning; after that at debug level)."""
 
-    def __init__(self, snapshot: Callable[[], Mapping[SeriesKey, float]]) -> None:
+    def __init__(self, snapshot: Callable[[], Mapping[SeriesKey, float]],
+                 polled: Callable[[], Iterable[PolledSample]] | None = None) -> None:
         self._snapshot = snapshot
+        self._polled = polled
         self._last: Mapping[SeriesKey, float] = {}
+        self._last_polled: list[PolledSample] = []
+        self._reported: set[str] = set()
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -263,7 +459,24 @@ class AgentCollector(Collector):
         except Exception:
             log.exception("snapshot failed; serving the previous one")
             snap = self._last
+        polled: list[PolledSample] = []
+        if self._polled is not None:
+            try:
+                polled = list(self._polled())
+                self._last_polled = polled
+            except Exception:
+                log.exception("polled samples failed; serving the previous ones")
+                polled = self._last_polled
+        fams, problems = check_samples(polled)
+        for msg in problems:
+            if msg not in self._reported:
+                if len(self._reported) < 10_000:
+                    self._reported.add(msg)
+                log.warning("collector contract: %s", msg)
+            else:
+                log.debug("collector contract: %s", msg)
         yield from families(snap)
+        yield from polled_families(fams)
 
 
 def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
@@ -282,8 +495,25 @@ def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
         yield metric
 
 
-def make_registry(snapshot: Callable[[], Mapping[SeriesKey, float]]) -> CollectorRegistry:
+def polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[Metric]:
+    """The polled collectors' families (from :func:`check_samples`), sorted by name, samples
+    sorted by their label pairs (labels written in name order)."""
+    for name in sorted(fams):
+        f = fams[name]
+        help_text = f.help or f"{name} (collector {f.collector})."
+        metric: Metric
+        if f.type == COUNTER:
+            metric = CounterMetricFamily(name, help_text)
+        else:
+            metric = GaugeMetricFamily(name, help_text)
+        for key in sorted(f.samples):
+            metric.add_sample(name, dict(key), f.samples[key])
+        yield metric
+
+
+def make_registry(snapshot: Callable[[], Mapping[SeriesKey, float]],
+                  polled: Callable[[], Iterable[PolledSample]] | None = None) -> CollectorRegistry:
     """A registry holding only the agent's collector (no process/platform collectors)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(AgentCollector(snapshot))
+    reg.register(AgentCollector(snapshot, polled))
     return reg

@@ -16,12 +16,18 @@ How "exactly once" works (see also :mod:`nodewarden.agent.state`):
 
 The record source is a parameter (:class:`RecordSource`): :class:`~nodewarden.collectors.kernel_log.KmsgReader`
 on ``/dev/kmsg`` in the agent, a list of recorded records in unit tests.
+
+Other threads (the polled collectors, :mod:`nodewarden.agent.poller`) count into the same
+counters and write the same ``state.json``: every "count, journal, save" step here runs under
+``lock``, the lock they take too, so that a ``state.json`` written by anyone holds a cursor and
+the counters it implies. The wait for records runs outside it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from typing import Any, Callable, Iterable, Protocol
 
@@ -96,14 +102,20 @@ class KmsgFollower:
     boot_time: wall time of boot (kmsg stamps are seconds since boot). position: the saved cursor.
     journaled: keys of events already in the journal but not counted in ``state.json`` (crash
     between the two writes): counted again, not journaled again. clock: seconds since boot now
-    (CLOCK_BOOTTIME), to tell at start whether the newest record is old.
+    (CLOCK_BOOTTIME), to tell at start whether the newest record is old. lock: held while
+    counting, journaling and saving (shared with the poller). observer: sees the events counted
+    (the flash-cut detector, :class:`nodewarden.agent.poller.FlashCuts`), counts what it derives
+    from them and returns those events, journaled with them.
     """
 
     def __init__(self, source: RecordSource, counters: Counters, store: StateStore, *, host: str | None,
                  gpu_of: Callable[[str | None], str], boot_time: dt.datetime | None,
                  position: KmsgPosition | None, journaled: Iterable[tuple[Any, ...]] = (),
-                 clock: Callable[[], float] = boottime_now) -> None:
+                 clock: Callable[[], float] = boottime_now, lock: threading.RLock | None = None,
+                 observer: Callable[[list[FaultEvent]], list[FaultEvent]] | None = None) -> None:
         self.source = source
+        self.lock = lock if lock is not None else threading.RLock()
+        self.observer = observer
         self.counters = counters
         self.store = store
         self.gpu_of = gpu_of
@@ -139,6 +151,10 @@ class KmsgFollower:
             if not batch:
                 break
             records.extend(batch)
+        with self.lock:
+            return self._catch_up(records, t0)
+
+    def _catch_up(self, records: list[str], t0: float) -> int:
         if self.resume is not None and records:
             newest = max((s for s in (record_head(r)[0] for r in records) if s is not None), default=None)
             if newest is not None and newest < self.resume.seq:
@@ -161,19 +177,21 @@ class KmsgFollower:
         t0 = time.monotonic()
         n = 0
         worked = True
-        if ready:
-            n = len(self.handle(self.source.read_available(READ_LIMIT)))
-        elif held_seqs(self.parser):
-            n = len(self.take(self.parser.flush()))
-        else:
-            worked = False
-        self.commit()
+        with self.lock:
+            if ready:
+                n = len(self.handle(self.source.read_available(READ_LIMIT)))
+            elif held_seqs(self.parser):
+                n = len(self.take(self.parser.flush()))
+            else:
+                worked = False
+            self.commit()
         if worked:
             self._timing(t0)
         return n
 
     def handle(self, records: list[str]) -> list[FaultEvent]:
-        """Parse raw records, then :meth:`take` the events. Returns the events counted."""
+        """Parse raw records, then :meth:`take` the events. Returns the events counted.
+        Call with :attr:`lock` held."""
         events: list[FaultEvent] = []
         lost = 0
         for text in records:
@@ -204,13 +222,16 @@ class KmsgFollower:
         return self.take(events)
 
     def take(self, events: list[FaultEvent]) -> list[FaultEvent]:
-        """Count the events not counted before this start and journal the ones not journaled yet.
-        Returns the events counted."""
+        """Count the events not counted before this start and journal the ones not journaled yet
+        (with what the observer derived from them). Returns the events counted. Call with
+        :attr:`lock` held."""
         new = [e for e in events if not counted_before(e, self.resume)]
         for e in new:
             self.counters.add_all(ex.increments(e, self.gpu_of))
         self.events_counted += len(new)
         to_journal = [e for e in new if event_key(e) not in self.journaled] if self.journaled else new
+        if new and self.observer is not None:
+            to_journal = to_journal + self.observer(new)
         if to_journal:
             self.store.journal(to_journal)
         if new:
@@ -230,6 +251,10 @@ class KmsgFollower:
         within :data:`CURSOR_COMMIT_S` when only the cursor moved (records without events: a
         crash then only re-reads them); after a failed write, not before :data:`RETRY_S`.
         """
+        with self.lock:
+            return self._commit(force)
+
+    def _commit(self, force: bool) -> bool:
         now = time.monotonic()
         due = force or (now >= self._retry_at and (
             self._counts_dirty or (self._cursor_dirty and now - self._saved_at >= CURSOR_COMMIT_S)))

@@ -24,6 +24,18 @@ File layout (``state.json``, ``"format": 1``)::
 ``kmsg.seq`` is the last ``/dev/kmsg`` record fed to the parser; ``kmsg.held`` the sequence
 numbers of records that began events the parser still held (an MCE record waiting for its last
 line): those are not counted yet although ``<= seq``.
+
+Threads: the kernel-log follower, the polled collectors' workers and the validator scheduler
+all write here. :class:`StateStore` serializes the journal appends; the callers hold one shared
+lock around "count, journal, save" so that ``state.json`` always pairs a cursor with the
+counters it implies (:mod:`nodewarden.agent.daemon`).
+
+Journal bounds: one file per UTC day, kept at most ``max_age_days`` (default 400: a year of
+fleet statistics needs a year of journals, with room for a late analysis) and at most
+``max_bytes`` in all (default 256 MiB); the oldest files go first, at start, hourly, and when an
+append would pass the bound. The newest file is never deleted: when it alone fills the bound,
+further events are counted but not journaled (``nodewarden_collector_journal_dropped_events_total``)
+until the next day's file starts, so the state directory never grows past the bound.
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from nodewarden import __version__
 from nodewarden.events import XID, FaultEvent, iso_utc
@@ -48,6 +60,8 @@ FORMAT = 1
 JOURNAL_GLOB = "events-*.jsonl"
 JOURNAL_SCAN_BYTES = 4 << 20  # tail of each recent journal file read at start (journaled_keys)
 JOURNAL_SCAN_FILES = 2  # newest journal files read at start (an event's day may differ by one)
+JOURNAL_MAX_BYTES = 256 << 20  # default bound on the journal files' total size
+JOURNAL_MAX_AGE_DAYS = 400  # default: a journal file older than this many days is deleted
 
 
 class StateDirError(Exception):
@@ -217,12 +231,26 @@ def append_journal(state_dir: Path, events: Iterable[FaultEvent], now: dt.dateti
     A file whose last line was cut by a crash or a full disk gets a newline first, so that one
     torn line never swallows the next. Raises OSError.
     """
+    by_file = journal_lines(state_dir, events, now)
+    write_journal_lines(by_file)
+    return sum(len(lines) for lines in by_file.values())
+
+
+def journal_lines(state_dir: Path, events: Iterable[FaultEvent], now: dt.datetime | None = None) -> dict[Path, list[str]]:
+    """The JSON lines of ``events`` by journal file (see :func:`append_journal`)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     by_file: dict[Path, list[str]] = {}
     for e in events:
         by_file.setdefault(journal_path(state_dir, e.time or now), []).append(e.to_json())
-    n = 0
+    return by_file
+
+
+def write_journal_lines(by_file: Mapping[Path, list[str]]) -> int:
+    """Append and fsync (see :func:`append_journal`). Returns bytes written. Raises OSError."""
+    written = 0
     for path, lines in sorted(by_file.items()):
+        if not lines:
+            continue
         data = ("\n".join(lines) + "\n").encode()
         with open(path, "a+b") as f:
             end = f.seek(0, os.SEEK_END)
@@ -233,8 +261,61 @@ def append_journal(state_dir: Path, events: Iterable[FaultEvent], now: dt.dateti
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        n += len(lines)
-    return n
+        written += len(data)
+    return written
+
+
+def _journal_date(path: Path) -> dt.date | None:
+    """The date in ``events-YYYY-MM-DD.jsonl``, or None."""
+    try:
+        return dt.date.fromisoformat(path.name[len("events-"):-len(".jsonl")])
+    except ValueError:
+        return None
+
+
+def journal_files(state_dir: Path) -> list[tuple[dt.date, Path, int]]:
+    """The journal files ``events-YYYY-MM-DD.jsonl`` as (date, path, size), oldest first. Files
+    whose name holds no valid date are not the agent's: left alone. Never raises."""
+    out = []
+    try:
+        paths = list(state_dir.glob(JOURNAL_GLOB))
+    except OSError:
+        return []
+    for p in paths:
+        day = _journal_date(p)
+        if day is None:
+            continue
+        try:
+            size = p.stat().st_size
+        except OSError:
+            continue
+        out.append((day, p, size))
+    out.sort()
+    return out
+
+
+def journal_to_prune(files: list[tuple[dt.date, Path, int]], today: dt.date, max_bytes: int,
+                     max_age_days: float, need: int = 0, writing: dt.date | None = None) -> list[Path]:
+    """Which journal files to delete (pure): those dated more than ``max_age_days`` before
+    ``today``, then the oldest while the rest plus ``need`` bytes about to be written exceed
+    ``max_bytes``. The newest file, counting the one about to be written (dated ``writing``),
+    is never chosen. ``files`` as :func:`journal_files` gives them."""
+    files = sorted(files)
+    dates = [day for day, _, _ in files] + ([writing] if writing is not None else [])
+    if not dates:
+        return []
+    newest = max(dates)
+    candidates = [(day, p, size) for day, p, size in files if day < newest]
+    cutoff = today - dt.timedelta(days=max_age_days)
+    doomed = [p for day, p, _ in candidates if day < cutoff]
+    total = sum(size for _, p, size in files if p not in doomed) + need
+    for _, p, size in candidates:
+        if total <= max_bytes:
+            break
+        if p not in doomed:
+            doomed.append(p)
+            total -= size
+    return doomed
 
 
 def event_key(e: FaultEvent) -> tuple[Any, ...] | None:
@@ -285,18 +366,31 @@ def journaled_keys(state_dir: Path, pos: KmsgPosition | None) -> frozenset[tuple
 
 class StateStore:
     """Writes ``state.json`` and the journal under ``state_dir``; failures are counted, logged once
-    per failing spell, and never raised.
+    per failing spell, and never raised. Keeps the journal within ``max_bytes`` and
+    ``max_age_days`` (see the module doc).
 
     Attributes: ``write_errors`` (failed writes since start), ``writable`` (the last write worked,
-    or a start-up probe did), ``last_error`` (text of the last failure, or None).
+    or a start-up probe did), ``last_error`` (text of the last failure, or None),
+    ``journal_bytes`` (size of the journal files), ``journal_dropped`` (events not journaled
+    because of the bound, since start).
     """
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, max_bytes: int = JOURNAL_MAX_BYTES,
+                 max_age_days: float = JOURNAL_MAX_AGE_DAYS,
+                 today: Callable[[], dt.date] = lambda: dt.datetime.now(dt.timezone.utc).date()) -> None:
         self.dir = state_dir
+        self.max_bytes = max_bytes
+        self.max_age_days = max_age_days
+        self.today = today
         self.write_errors = 0
         self.writable = True
         self.last_error: str | None = None
+        self.journal_bytes = 0
+        self.journal_dropped = 0
         self._lock = threading.Lock()
+        self._jlock = threading.Lock()  # journal appends and pruning
+        self._pruned_on: dt.date | None = None
+        self._full_warned = False
 
     def probe(self) -> bool:
         """Try to create and remove a file in the directory; sets and returns ``writable``."""
@@ -322,15 +416,73 @@ class StateStore:
         return True
 
     def journal(self, events: list[FaultEvent]) -> bool:
-        """Append ``events`` to the journal. True on success (and when there is nothing to write)."""
+        """Append ``events`` to the journal, within its bounds. True on success (and when there is
+        nothing to write, or the events were dropped because the newest file fills the bound)."""
         if not events:
             return True
-        try:
-            append_journal(self.dir, events)
-        except OSError as e:
-            self._failed("journal", e)
-            return False
+        with self._jlock:
+            by_file = journal_lines(self.dir, events)
+            need = sum(len(line.encode()) + 1 for lines in by_file.values() for line in lines)
+            if self._pruned_on != self.today() or self.journal_bytes + need > self.max_bytes:
+                self._prune(need, max(_journal_date(p) or dt.date.min for p in by_file))
+            if self.journal_bytes + need > self.max_bytes:
+                by_file, kept = self._fit(by_file)
+                dropped = len(events) - kept
+                self.journal_dropped += dropped
+                if not self._full_warned:
+                    log.warning("event journal in %s holds %d bytes, its bound ([journal] max_bytes %d): "
+                                "%d event(s) counted but not journaled until the next day's file",
+                                self.dir, self.journal_bytes, self.max_bytes, dropped)
+                    self._full_warned = True
+            try:
+                self.journal_bytes += write_journal_lines(by_file)
+            except OSError as e:
+                self._failed("journal", e)
+                self.journal_bytes = sum(size for _, _, size in journal_files(self.dir))
+                return False
         return True
+
+    def prune_journal(self) -> list[Path]:
+        """Delete journal files past the bounds now (at start and hourly). Returns the deleted."""
+        with self._jlock:
+            return self._prune(0)
+
+    def _prune(self, need: int, writing: dt.date | None = None) -> list[Path]:
+        files = journal_files(self.dir)
+        today = self.today()
+        doomed = journal_to_prune(files, today, self.max_bytes, self.max_age_days, need, writing)
+        deleted = []
+        for p in doomed:
+            try:
+                p.unlink()
+                deleted.append(p)
+            except FileNotFoundError:
+                deleted.append(p)
+            except OSError as e:
+                log.warning("cannot delete old journal file %s: %s", p, e.strerror or e)
+        if deleted:
+            log.info("event journal: deleted %d old file(s) (%s .. %s) to stay within %d days and %d bytes",
+                     len(deleted), deleted[0].name, deleted[-1].name, self.max_age_days, self.max_bytes)
+        if self._pruned_on != today:
+            self._full_warned = False
+        self._pruned_on = today
+        self.journal_bytes = sum(size for _, p, size in files if p not in deleted)
+        return deleted
+
+    def _fit(self, by_file: dict[Path, list[str]]) -> tuple[dict[Path, list[str]], int]:
+        """The lines that fit in the bound, oldest file first, in order; and how many."""
+        room = self.max_bytes - self.journal_bytes
+        out: dict[Path, list[str]] = {}
+        n = 0
+        for path in sorted(by_file):
+            for line in by_file[path]:
+                size = len(line.encode()) + 1
+                if size > room:
+                    return out, n
+                out.setdefault(path, []).append(line)
+                room -= size
+                n += 1
+        return out, n
 
     def _failed(self, what: str, e: OSError) -> None:
         with self._lock:

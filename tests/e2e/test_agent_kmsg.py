@@ -32,8 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 10.0
 
 XID = "nodewarden_gpu_xid_errors_total"
-EDAC_CE = "nodewarden_edac_correctable_errors_total"
-EDAC_UE = "nodewarden_edac_uncorrectable_errors_total"
+EDAC = "nodewarden_edac_logged_errors_total"  # the kernel log's EDAC lines (type label)
 MCE = "nodewarden_mce_events_total"
 IB = "nodewarden_ib_link_events_total"
 
@@ -230,9 +229,8 @@ class Lines:
         cat = {48: "uncorrectable", 79: "uncorrectable"}[code]
         return {"gpu": "", "pci_bus_id": self.bdf(bus), "xid": str(code), "category": cat}
 
-    @property
-    def edac_labels(self) -> dict[str, str]:
-        return {"controller": f"mc{self.mc}", "dimm": self.dimm}
+    def edac_labels(self, kind: str = "corrected") -> dict[str, str]:
+        return {"controller": f"mc{self.mc}", "dimm": self.dimm, "type": kind}
 
     def ib_labels(self, state: str) -> dict[str, str]:
         return {"device": self.rdma, "port": "1", "state": state}
@@ -267,8 +265,8 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
 
     assert v(XID, L.xid_labels(0x07, 48)) == 1
     assert v(XID, L.xid_labels(0x08, 79)) == 1
-    assert v(EDAC_CE, L.edac_labels) == 3
-    assert v(EDAC_UE, L.edac_labels) == 0
+    assert v(EDAC, L.edac_labels()) == 3
+    assert v(EDAC, L.edac_labels("uncorrected")) == 0
     assert v(MCE, {"type": "corrected"}) == mce0 + 1
     assert v(IB, L.ib_labels("DOWN")) == 1
     assert v(IB, L.ib_labels("ACTIVE")) == 1
@@ -297,8 +295,8 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
     assert v(XID, L.xid_labels(0x07, 48)) == 2
     assert v(XID, L.xid_labels(0x08, 79)) == 1
     assert v(XID, L.xid_labels(0x09, 79)) == 1
-    assert v(EDAC_CE, L.edac_labels) == 5
-    assert v(EDAC_UE, L.edac_labels) == 1
+    assert v(EDAC, L.edac_labels()) == 5
+    assert v(EDAC, L.edac_labels("uncorrected")) == 1
     assert v(MCE, {"type": "corrected"}) == mce0 + 1
     assert v(IB, L.ib_labels("DOWN")) == 1
     assert v(IB, L.ib_labels("ACTIVE")) == 1
@@ -327,7 +325,7 @@ def test_sigkill_right_after_writing_neither_loses_nor_double_counts(tmp_path: P
         s = a.samples()
         for j in range(i + 1):
             assert s.get((XID, frozenset(L.xid_labels(0x10 + j, 48).items()))) == 1, (i, j)
-        assert s.get((EDAC_CE, frozenset(L.edac_labels.items()))) == expected_ce, i
+        assert s.get((EDAC, frozenset(L.edac_labels().items()))) == expected_ce, i
     mine = [e for e in journal_events(state) if L.pci_domain in (e.get("pci_bus_id") or "")]
     assert len(mine) == rounds  # journaled once each, however the kills fell
     assert a.stop() == 0
@@ -374,7 +372,7 @@ def test_read_only_state_dir_keeps_counting_and_reports_write_errors(tmp_path: P
         b = start_agent(state, tmp_path / "agent.log")  # starts: a read-only state dir is no usage error
         agents.append(b)
         write_kmsg(L.xid48(0x07), L.edac(3))
-        wait_for("the EDAC line", lambda: b.value(EDAC_CE, **L.edac_labels) == 3)
+        wait_for("the EDAC line", lambda: b.value(EDAC, **L.edac_labels()) == 3)
         assert b.value(XID, **L.xid_labels(0x07, 48)) == 1
         wait_for("a state write error", lambda: b.value("nodewarden_collector_state_write_errors_total") >= 1)
         code, body = b.get("/healthz")
@@ -410,3 +408,44 @@ def test_state_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
     r = subprocess.run(cmd, cwd=REPO, env=agent_env(), capture_output=True, timeout=DEADLINE_S)
     assert r.returncode == 2
     assert b"--state-dir" in r.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# polled collectors: a sysfs tree captured from a real machine, its IB port made to flap
+
+def test_a_port_flapping_in_sysfs_is_a_flash_cut_on_metrics(tmp_path: Path, agents: list[Agent]) -> None:
+    import importlib.util
+    for mod in ("nodewarden.collectors.infiniband", "nodewarden.agent.flashcut"):
+        if importlib.util.find_spec(mod) is None:
+            pytest.skip(f"{mod} not there yet")
+    sysfs = tmp_path / "sys"
+    shutil.copytree(REPO / "tests" / "fixtures" / "sysfs" / "h100-hgx-ndr", sysfs, symlinks=True)
+    port = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    config = tmp_path / "agent.toml"
+    config.write_text(f'sysfs = "{sysfs}"\npoll_interval_seconds = 0.2\ncollector_timeout_seconds = 2\n'
+                      "[collectors]\nnvml = false\n[validator]\nenabled = false\n")
+    state = tmp_path / "state"
+    a = start_agent(state, tmp_path / "agent.log", "--config", str(config))
+    agents.append(a)
+    lab = {"device": "mlx5_0", "port": "1"}
+    wait_for("the port's state from sysfs", lambda: a.value("nodewarden_ib_port_state", **lab) == 4)
+    assert a.value("nodewarden_collector_success", collector="infiniband") == 1
+    assert a.value("nodewarden_ib_flash_cuts_total", **lab) == 0
+
+    (port / "state").write_text("1: DOWN\n")
+    (port / "phys_state").write_text("3: Disabled\n")
+    wait_for("the port down on /metrics", lambda: a.value("nodewarden_ib_port_state", **lab) == 1)
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "phys_state").write_text("5: LinkUp\n")
+    wait_for("the flash cut", lambda: a.value("nodewarden_ib_flash_cuts_total", **lab) == 1)
+    assert a.value("nodewarden_ib_link_outages_total", **lab) == 0
+    assert a.value("nodewarden_collector_events_total", collector="infiniband", kind="ib_link_down") == 1
+    cuts = [e for e in journal_events(state) if e["kind"] == "ib_flash_cut" and e["device"] == "mlx5_0/1"]
+    assert len(cuts) == 1 and cuts[0]["host"] == "testnode" and cuts[0]["source"] == "sysfs"
+    assert a.stop() == 0
+
+    b = start_agent(state, tmp_path / "agent.log", "--config", str(config))  # persisted across a restart
+    agents.append(b)
+    wait_for("the first poll", lambda: b.value("nodewarden_ib_port_state", **lab) == 4)
+    assert b.value("nodewarden_ib_flash_cuts_total", **lab) == 1
+    assert b.stop() == 0

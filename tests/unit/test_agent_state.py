@@ -6,6 +6,7 @@ point is chosen, not hoped for. The real device is exercised in tests/e2e/test_a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -91,7 +92,7 @@ def xid48(f: KmsgFollower) -> float:
 
 
 def ce(f: KmsgFollower) -> float:
-    return f.counters.get(ex.EDAC_CE, ("mc0", "CPU_SrcID#0_Ha#0_Chan#2_DIMM#0"))
+    return f.counters.get(ex.EDAC_LOGGED, ("mc0", "CPU_SrcID#0_Ha#0_Chan#2_DIMM#0", "corrected"))
 
 
 def mces(f: KmsgFollower) -> float:
@@ -364,3 +365,89 @@ def test_unwritable_state_dir_keeps_counting_and_reports_errors(tmp_path: Path, 
         finally:
             if how == "read-only" and os.geteuid() != 0:
                 d.chmod(0o755)
+
+
+# ---------------------------------------------------------------------------------------------
+# journal bounds: age and total size, oldest files first, the newest never deleted
+
+def day_file(state_dir: Path, day: dt.date, size: int) -> Path:
+    p = state_dir / f"events-{day.isoformat()}.jsonl"
+    p.write_bytes((b'{"kind":"xid"}' + b" " * 100 + b"\n") * (size // 115) + b"\n" * (size % 115))
+    return p
+
+
+def names(state_dir: Path) -> list[str]:
+    return sorted(p.name for p in state_dir.glob("events-*.jsonl"))
+
+
+TODAY = dt.date(2026, 11, 29)
+
+
+def test_journal_files_older_than_max_age_are_deleted(tmp_path: Path) -> None:
+    def name(age: int) -> str:
+        return f"events-{(TODAY - dt.timedelta(days=age)).isoformat()}.jsonl"
+
+    for age in (500, 401, 400, 30, 0):
+        day_file(tmp_path, TODAY - dt.timedelta(days=age), 1000)
+    (tmp_path / "events-notadate.jsonl").write_text("x\n")  # not the agent's: left alone
+    store = st.StateStore(tmp_path, max_age_days=400, today=lambda: TODAY)
+    deleted = store.prune_journal()
+    assert sorted(p.name for p in deleted) == [name(500), name(401)]
+    assert names(tmp_path) == sorted([name(400), name(30), name(0), "events-notadate.jsonl"])
+    assert store.journal_bytes == 3000
+
+
+def test_journal_to_prune_is_oldest_first_and_never_the_newest() -> None:
+    files = [(TODAY - dt.timedelta(days=d), Path(f"f{d}"), 100) for d in (3, 2, 1, 0)]
+    assert st.journal_to_prune(files, TODAY, max_bytes=400, max_age_days=400) == []
+    assert st.journal_to_prune(files, TODAY, max_bytes=250, max_age_days=400) == [Path("f3"), Path("f2")]
+    assert st.journal_to_prune(files, TODAY, max_bytes=350, max_age_days=400, need=40) == [Path("f3")]
+    assert st.journal_to_prune(files, TODAY, max_bytes=10, max_age_days=400) == [Path("f3"), Path("f2"), Path("f1")]
+    assert st.journal_to_prune(files, TODAY, max_bytes=1000, max_age_days=1.5) == [Path("f3"), Path("f2")]
+    assert st.journal_to_prune(files[-1:], TODAY, max_bytes=1, max_age_days=0) == []
+    # at a new day's first write yesterday's file is no longer the newest
+    assert st.journal_to_prune(files, TODAY, max_bytes=50, max_age_days=400, writing=TODAY + dt.timedelta(days=1)) == \
+        [Path("f3"), Path("f2"), Path("f1"), Path("f0")]
+
+
+def test_an_append_past_max_bytes_deletes_the_oldest_files_first(tmp_path: Path) -> None:
+    old = [day_file(tmp_path, TODAY - dt.timedelta(days=d), 1500) for d in (3, 2, 1)]
+    store = st.StateStore(tmp_path, max_bytes=5000, today=lambda: TODAY)
+    store.prune_journal()
+    assert store.journal_bytes == 4500
+    now = dt.datetime.combine(TODAY, dt.time(12), dt.timezone.utc)
+    events = [FaultEvent(kind="mce", message="m" * 50, raw="r" * 50, time=now) for _ in range(3)]
+    need = sum(len(e.to_json()) + 1 for e in events)
+    assert 3000 + need <= 5000 < 4500 + need  # one old file must go, one is enough
+    assert store.journal(events)
+    assert not old[0].exists() and old[1].exists() and old[2].exists()
+    files = st.journal_files(tmp_path)
+    assert store.journal_bytes == sum(size for _, _, size in files) <= 5000
+    assert len(journal(tmp_path)) >= 4
+    assert store.journal_dropped == 0
+
+
+def test_when_the_newest_file_fills_the_bound_events_are_dropped_not_written(tmp_path: Path, caplog) -> None:
+    store = st.StateStore(tmp_path, max_bytes=2000, today=lambda: TODAY)
+    now = dt.datetime.combine(TODAY, dt.time(12), dt.timezone.utc)
+    ev1 = FaultEvent(kind="mce", message="m" * 300, raw="r" * 300, time=now)
+    for _ in range(10):
+        assert store.journal([ev1])
+    size = st.journal_path(tmp_path, now).stat().st_size
+    assert size <= 2000 and store.journal_bytes == size
+    assert store.journal_dropped == 10 - len(journal(tmp_path)) > 0
+    assert caplog.text.count("counted but not journaled") == 1  # warned once a day
+    # the next day, yesterday's full file goes to make room for the new day's events
+    tomorrow = TODAY + dt.timedelta(days=1)
+    store.today = lambda: tomorrow
+    dropped = store.journal_dropped
+    assert store.journal([dataclasses.replace(ev1, time=now + dt.timedelta(days=1))])
+    assert names(tmp_path) == [f"events-{tomorrow.isoformat()}.jsonl"]
+    assert store.journal_dropped == dropped
+
+
+def test_journal_bytes_gauge_at_start(tmp_path: Path) -> None:
+    day_file(tmp_path, TODAY, 1234)
+    store = st.StateStore(tmp_path, today=lambda: TODAY)
+    store.prune_journal()
+    assert store.journal_bytes == 1234

@@ -4,6 +4,7 @@ procfs tree laid out as the NVIDIA driver lays out ``/proc/driver/nvidia/gpus``.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 from pathlib import Path
@@ -76,8 +77,10 @@ def test_known_events_give_exact_series(procfs: Path) -> None:
     expected = {
         key("nodewarden_gpu_xid_errors_total", gpu="3", pci_bus_id="0000:07:00.0", xid="48", category="uncorrectable"): 2,
         key("nodewarden_gpu_xid_errors_total", gpu="", pci_bus_id="0000:b3:00.0", xid="79", category="uncorrectable"): 1,
-        key("nodewarden_edac_correctable_errors_total", controller="mc0", dimm="CPU_SrcID#0_Ha#0_Chan#2_DIMM#0"): 3,
-        key("nodewarden_edac_uncorrectable_errors_total", controller="mc1", dimm="CPU_SrcID#1_Ha#0_Chan#0_DIMM#1"): 1,
+        key("nodewarden_edac_logged_errors_total", controller="mc0", dimm="CPU_SrcID#0_Ha#0_Chan#2_DIMM#0",
+            type="corrected"): 3,
+        key("nodewarden_edac_logged_errors_total", controller="mc1", dimm="CPU_SrcID#1_Ha#0_Chan#0_DIMM#1",
+            type="uncorrected"): 1,
         key("nodewarden_mce_events_total", type="corrected"): 1,
         key("nodewarden_ib_link_events_total", device="mlx5_3", port="1", state="DOWN"): 1,
         key("nodewarden_ib_link_events_total", device="mlx5_3", port="1", state="ACTIVE"): 1,
@@ -134,16 +137,16 @@ def test_gpu_minor_from_procfs(procfs: Path) -> None:
 
 def test_counters_json_round_trip_keeps_only_persisted_series() -> None:
     c = Counters()
-    c.add(ex.EDAC_CE, ("mc0", "DIMM_A1"), 3)
+    c.add(ex.EDAC_LOGGED, ("mc0", "DIMM_A1", "corrected"), 3)
     c.add(ex.OVERRUNS, (), 2)
     c.set(ex.SUCCESS, ("kernel_log",), 1)
     c.set(ex.STATE_ERRORS, (), 5)
     items = c.to_json()
-    assert {i["name"] for i in items} == {ex.EDAC_CE.name, ex.OVERRUNS.name}
+    assert {i["name"] for i in items} == {ex.EDAC_LOGGED.name, ex.OVERRUNS.name}
     d = Counters()
     assert d.load_json(items + [{"name": "nodewarden_gone_total", "labels": {}, "value": 1},
                                 {"name": ex.MCE.name, "labels": {"kind": "x"}, "value": 1}]) == 2
-    assert d.get(ex.EDAC_CE, ("mc0", "DIMM_A1")) == 3 and d.get(ex.OVERRUNS) == 2
+    assert d.get(ex.EDAC_LOGGED, ("mc0", "DIMM_A1", "corrected")) == 3 and d.get(ex.OVERRUNS) == 2
 
 
 def test_label_count_mismatch_is_refused() -> None:
@@ -176,5 +179,151 @@ def test_promtool_accepts_the_output(procfs: Path, tmp_path: Path) -> None:
     c.set(ex.SUCCESS, ("kernel_log",), 1)
     c.set(ex.DURATION, ("kernel_log",), 0.0012)
     text = generate_latest(make_registry(c.snapshot))
+    r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
+    assert r.returncode == 0, (r.stdout + r.stderr).decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# The polled collectors' samples merged with the agent's series
+
+from nodewarden.collectors.base import COUNTER, GAUGE, Sample  # noqa: E402
+
+
+def polled_text(polled: list[tuple[str, Sample]], c: Counters | None = None) -> str:
+    return generate_latest(make_registry((c or Counters()).snapshot, lambda: polled)).decode()
+
+
+def test_polled_samples_are_merged_typed_and_sorted() -> None:
+    polled = [
+        ("infiniband", Sample("nodewarden_ib_port_state", (("device", "mlx5_1"), ("port", "1")), 4, GAUGE, "IB state")),
+        ("infiniband", Sample("nodewarden_ib_port_state", (("device", "mlx5_0"), ("port", "1")), 1, GAUGE, "IB state")),
+        ("infiniband", Sample("nodewarden_ib_link_downed_total", (("device", "mlx5_0"), ("port", "1")), 3, COUNTER)),
+        ("edac", Sample("nodewarden_collector_unreadable_files", (("collector", "edac"),), 0, GAUGE, "unreadable")),
+        ("infiniband", Sample("nodewarden_collector_unreadable_files", (("collector", "infiniband"),), 2, GAUGE)),
+    ]
+    c = Counters()
+    c.add(ex.MCE, ("corrected",), 1)
+    text = polled_text(polled, c)
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    assert fams["nodewarden_ib_port_state"].type == "gauge"
+    assert fams["nodewarden_ib_port_state"].documentation == "IB state"
+    assert fams["nodewarden_ib_link_downed"].type == "counter"
+    assert [s.value for s in fams["nodewarden_ib_link_downed"].samples] == [3]
+    lines = [ln for ln in text.splitlines() if ln.startswith("nodewarden_ib_port_state{")]
+    assert lines == ['nodewarden_ib_port_state{device="mlx5_0",port="1"} 1.0',
+                     'nodewarden_ib_port_state{device="mlx5_1",port="1"} 4.0']
+    # one family for a name two collectors share, one series each
+    assert [s.labels["collector"] for s in fams["nodewarden_collector_unreadable_files"].samples] == ["edac", "infiniband"]
+    # the agent's own series first, then the polled families by name
+    names = [f.name for f in text_string_to_metric_families(text)]
+    assert names.index("nodewarden_mce_events") < names.index("nodewarden_collector_unreadable_files")
+    polled_names = names[len(ex.FAMILIES):]
+    assert polled_names == sorted(polled_names)
+
+
+@pytest.mark.parametrize("bad, why", [
+    (Sample("nodewarden_gpu_xid_errors_total", (("gpu", "0"),), 1, COUNTER), "exports this name itself"),
+    (Sample("nodewarden_collector_success", (("collector", "nvml"),), 1, GAUGE), "exports this name itself"),
+    (Sample("nodewarden_mce_events", (), 1, GAUGE), "exports this name itself"),  # its counter's base name
+    (Sample("node_ib_port_state", (), 1, GAUGE), "not a metric name starting with"),
+    (Sample("nodewarden_bad-name", (), 1, GAUGE), "not a metric name"),
+    (Sample("nodewarden_ib_link_downed", (), 1, COUNTER), "must end in _total"),
+    (Sample("nodewarden_ib_port_state_total", (), 1, GAUGE), "must not end in _total"),
+    (Sample("nodewarden_x", (("__name__", "y"),), 1, GAUGE), "bad or repeated label"),
+    (Sample("nodewarden_x", (("a", "1"), ("a", "2")), 1, GAUGE), "bad or repeated label"),
+    (Sample("nodewarden_x", (("a-b", "1"),), 1, GAUGE), "bad or repeated label"),
+    (Sample("nodewarden_x", (), "3", GAUGE), "not a number"),  # type: ignore[arg-type]
+    (Sample("nodewarden_x", (), 1, "histogram"), "unknown type"),
+])
+def test_the_contract_check_drops_what_would_break_the_output(bad: Sample, why: str) -> None:
+    fams, problems = ex.check_samples([("pcie", bad)])
+    assert fams == {} and len(problems) == 1 and why in problems[0] and problems[0].endswith("; dropped")
+
+
+def test_the_same_series_is_never_emitted_twice(caplog) -> None:
+    labels = (("device", "mlx5_0"), ("port", "1"))
+    polled = [
+        ("infiniband", Sample("nodewarden_ib_port_state", labels, 4, GAUGE)),
+        ("netclass", Sample("nodewarden_ib_port_state", labels[::-1], 1, GAUGE)),  # same series, other label order
+        ("pcie", Sample("nodewarden_ib_port_state_total", labels, 1, COUNTER)),  # same base name, other type
+        ("pcie", Sample("nodewarden_ib_rate", labels, 1, GAUGE)),
+        ("nvml", Sample("nodewarden_ib_rate_total", labels, 5, COUNTER)),  # would write TYPE nodewarden_ib_rate twice
+        ("nvml", Sample("nodewarden_ib_port_state", (("device", "mlx5_0"), ("port", "2")), 4, GAUGE)),  # a new series
+    ]
+    fams, problems = ex.check_samples(polled)
+    assert set(fams) == {"nodewarden_ib_port_state", "nodewarden_ib_rate"}
+    assert fams["nodewarden_ib_port_state"].samples == {labels: 4.0, (("device", "mlx5_0"), ("port", "2")): 4.0}
+    assert fams["nodewarden_ib_port_state"].collector == "infiniband"
+    assert problems == [
+        "netclass: nodewarden_ib_port_state{port='1',device='mlx5_0'} given twice; dropped",
+        "pcie: nodewarden_ib_port_state_total clashes with nodewarden_ib_port_state of infiniband; dropped",
+        "nvml: nodewarden_ib_rate_total clashes with nodewarden_ib_rate of pcie; dropped",
+    ]
+    with caplog.at_level(logging.WARNING, logger="nodewarden.agent.exporter"):
+        reg = make_registry(Counters().snapshot, lambda: polled)
+        text = generate_latest(reg).decode()
+        generate_latest(reg)
+    assert text.count("# TYPE nodewarden_ib_port_state ") == 1 and text.count("# TYPE nodewarden_ib_rate ") == 1
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3  # logged once, not on every scrape
+    assert len(list(text_string_to_metric_families(text))) == len(ex.FAMILIES) + 2
+
+
+def test_a_failing_polled_source_serves_the_previous_samples() -> None:
+    calls = {"n": 0}
+
+    def polled():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise RuntimeError("boom")
+        return [("edac", Sample("nodewarden_edac_correctable_errors_total", (("controller", "mc0"),), 2, COUNTER))]
+
+    reg = make_registry(Counters().snapshot, polled)
+    first = generate_latest(reg)
+    assert generate_latest(reg) == first
+    assert b'nodewarden_edac_correctable_errors_total{controller="mc0"} 2.0' in first
+
+
+def test_kernel_log_edac_counts_are_not_the_sysfs_edac_counters() -> None:
+    names = {f.name for f in ex.FAMILIES}
+    assert "nodewarden_edac_correctable_errors_total" not in names
+    assert "nodewarden_edac_uncorrectable_errors_total" not in names
+    # so the sysfs EDAC collector's authoritative counters pass the contract check
+    fams, problems = ex.check_samples([("edac", Sample("nodewarden_edac_correctable_errors_total",
+                                                       (("controller", "mc0"), ("dimm", "DIMM_A1")), 7, COUNTER))])
+    assert problems == [] and fams["nodewarden_edac_correctable_errors_total"].samples
+
+
+def test_edac_counts_of_a_0_1_0_state_file_move_to_the_renamed_series() -> None:
+    c = Counters()
+    assert c.load_json([
+        {"name": "nodewarden_edac_correctable_errors_total", "labels": {"controller": "mc0", "dimm": "A1"}, "value": 5},
+        {"name": "nodewarden_edac_uncorrectable_errors_total", "labels": {"controller": "mc0", "dimm": "A1"}, "value": 1},
+    ]) == 2
+    assert c.get(ex.EDAC_LOGGED, ("mc0", "A1", "corrected")) == 5
+    assert c.get(ex.EDAC_LOGGED, ("mc0", "A1", "uncorrected")) == 1
+
+
+def test_replace_swaps_a_whole_family() -> None:
+    c = Counters()
+    c.replace(ex.VAL_STATUS, {("gemm", "pass"): 1, ("gemm", "fail"): 0, ("storage", "pass"): 1})
+    c.replace(ex.VAL_STATUS, {("gemm", "fail"): 1})
+    assert [k for k in c.snapshot() if k[0] == ex.VAL_STATUS.name] == [(ex.VAL_STATUS.name, ("gemm", "fail"))]
+    with pytest.raises(ValueError):
+        c.replace(ex.VAL_STATUS, {("gemm",): 1})
+
+
+def test_promtool_accepts_the_merged_output() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not on PATH (Debian: apt-get install prometheus)")
+    polled = [("infiniband", Sample("nodewarden_ib_port_state", (("device", "mlx5_0"), ("port", "1")), 4, GAUGE, "s")),
+              ("infiniband", Sample("nodewarden_ib_link_downed_total", (("device", "mlx5_0"), ("port", "1")), 3,
+                                    COUNTER, "Link downed.")),
+              ("nvml", Sample("nodewarden_gpu_temperature_celsius", (("gpu", "0"),), 41, GAUGE))]
+    c = Counters()
+    c.set(ex.SUCCESS, ("nvml",), 1)
+    c.replace(ex.VAL_VALUE, {("gemm", "tflops", "FLOP/s", "0"): 4.1e14})
+    text = polled_text(polled, c).encode()
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert r.returncode == 0, (r.stdout + r.stderr).decode()

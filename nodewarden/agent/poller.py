@@ -1,0 +1,533 @@
+"""The polled collectors (NVML, sysfs InfiniBand/EDAC/PCIe/net): each in its own worker thread,
+called every ``poll_interval_seconds`` with a timeout, isolated from the scrape and from each
+other (the contract: :mod:`nodewarden.collectors.base`).
+
+Per collector, per poll:
+
+* ``collect()`` returns within ``collector_timeout_seconds``: its snapshot becomes the one the
+  scrape serves, ``nodewarden_collector_success{collector}`` 1, ``..._duration_seconds`` and
+  ``..._last_success_timestamp_seconds`` set, its events counted and journaled.
+* it raises: success 0, the error logged (once per failing spell), the last good snapshot
+  still served.
+* it does not return in time (an NVML call on a dying GPU can block for minutes): success 0,
+  logged, the last good snapshot still served. Its thread is left blocking; no new call starts
+  until it returns, so a wedged driver costs one thread, not one per poll. When the call
+  returns at last, its result is taken as any other (events are never dropped: a collector
+  reports events since its previous call) and the collector recovers.
+
+The scrape reads the last snapshots under a lock no collector call ever holds: it answers at
+once whatever the collectors do.
+
+Events (from the collectors and from the kernel-log follower) also go through the flash-cut
+detector (:class:`FlashCuts`): kernel-log and sysfs IB/net link events through
+``observe_event``, every poll of the InfiniBand collector's ``ports()`` through
+``observe_port``. Its flash-cut and outage events are journaled, counted in
+``collector_events_total{collector="flash_cut"}``, and its per-port counts become
+``nodewarden_ib_flash_cuts_total`` / ``nodewarden_ib_link_outages_total``, persisted in
+``state.json`` like the other counters.
+
+Restart semantics of polled events: they are journaled, then counted and saved with
+``state.json`` (under the agent's state lock). A crash between the two leaves an event in the
+journal that the restarted counters lack; the collectors' own counter samples (``link_downed``,
+ECC counts) are the authoritative totals. The detector's state (a port down, waiting to come
+back) does not survive a restart: a drop that spans one is not classified.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Protocol, Sequence
+
+from nodewarden import events as ev
+from nodewarden.agent import exporter as ex
+from nodewarden.agent.exporter import Counters, PolledSample
+from nodewarden.agent.state import StateStore
+from nodewarden.collectors.base import Collector, Snapshot
+from nodewarden.events import FaultEvent, iso_utc
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 10.0
+COLLECTOR_TIMEOUT_S = 5.0
+FLASH_CUT = "flash_cut"  # ``collector`` label of the flash-cut detector's events
+# Event kinds the flash-cut detector is shown (port and netdev carrier changes).
+LINK_KINDS = frozenset({ev.IB_LINK_DOWN, ev.IB_LINK_UP, ev.IB_PORT_STATE, ev.NET_LINK_DOWN, ev.NET_LINK_UP})
+
+
+class Detector(Protocol):
+    """What the agent needs of :class:`nodewarden.agent.flashcut.FlashCutDetector`."""
+
+    def observe_event(self, event: FaultEvent, now: float) -> list[FaultEvent]: ...
+
+    def observe_port(self, device: str, port: Any, state: Any, phys_state: Any, link_downed: Any,
+                     now: float) -> list[FaultEvent]: ...
+
+    def counts(self) -> dict[tuple[Any, Any], dict[str, int]]: ...
+
+
+# ---------------------------------------------------------------------------------------------
+# Flash cuts
+
+class FlashCuts:
+    """The flash-cut detector, fed by every thread, its counts turned into persisted counters.
+
+    ``now`` passed to the detector is Unix time in seconds (float): ``clock()`` for port polls,
+    the event's own time for a dated event (kernel-log events replayed at start come with their
+    original times), ``clock()`` for an undated one. A RoCE port's netdev (``netdev`` of a
+    port reading) is mapped to its RDMA port (``map_netdev``) so that the netdev's carrier
+    events count for that port. Counts the detector keeps for a netdev it could not map (a
+    plain Ethernet interface: port None) are not exported as ``ib_`` series; their events are
+    still journaled and counted in ``collector_events_total{collector="flash_cut"}``. Derived
+    events without a host get ``host``. Never raises: a detector error is logged and costs that
+    observation only.
+    """
+
+    def __init__(self, detector: Detector, counters: Counters, clock: Callable[[], float] = time.time,
+                 host: str | None = None) -> None:
+        self.detector = detector
+        self.counters = counters
+        self.clock = clock
+        self.host = host
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[str, str], tuple[float, float]] = {}  # counts() already added
+        self._mapped: dict[str, tuple[str, int]] = {}
+        self._errors = 0
+
+    def observe_events(self, events: Iterable[FaultEvent]) -> list[FaultEvent]:
+        """Show the link events among ``events`` to the detector; count and return what it derives."""
+        out: list[FaultEvent] = []
+        with self._lock:
+            for e in events:
+                if e.kind in LINK_KINDS:
+                    now = e.time.timestamp() if e.time is not None else self.clock()
+                    out.extend(self._call("observe_event", self.detector.observe_event, e, now))
+            return self._count(out)
+
+    def observe_ports(self, ports: Iterable[Any]) -> list[FaultEvent]:
+        """Show one poll of the InfiniBand ports (``device, port, state, phys_state, link_downed``,
+        optionally ``netdev``)."""
+        out: list[FaultEvent] = []
+        with self._lock:
+            now = self.clock()
+            for p in ports:
+                netdev = getattr(p, "netdev", None)
+                mapper = getattr(self.detector, "map_netdev", None)
+                if netdev and mapper is not None and self._mapped.get(netdev) != (p.device, p.port):
+                    self._call("map_netdev", mapper, netdev, p.device, p.port)
+                    self._mapped[netdev] = (p.device, p.port)
+                out.extend(self._call("observe_port", self.detector.observe_port, p.device, p.port, p.state,
+                                      p.phys_state, p.link_downed, now))
+            return self._count(out)
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> list[FaultEvent]:
+        try:
+            return list(fn(*args) or [])
+        except Exception:
+            self._errors += 1
+            if self._errors <= 5:
+                log.exception("flash-cut detector: %s failed", what)
+            return []
+
+    def _count(self, derived: list[FaultEvent]) -> list[FaultEvent]:
+        derived = [e if e.host is not None or self.host is None else dataclasses.replace(e, host=self.host)
+                   for e in derived]
+        for e in derived:
+            self.counters.add(ex.EVENTS, (FLASH_CUT, e.kind))
+        try:
+            counts = self.detector.counts()
+        except Exception:
+            log.exception("flash-cut detector: counts() failed")
+            return derived
+        for (device, port), c in counts.items():
+            if port is None:
+                continue  # a netdev not tied to an RDMA port
+            key = (str(device), str(port))
+            cuts, outages = float(c.get("flash_cuts", 0)), float(c.get("outages", 0))
+            old_cuts, old_outages = self._seen.get(key, (0.0, 0.0))
+            # max(): a detector count never takes a persisted counter down
+            self.counters.add(ex.FLASH_CUTS, key, max(0.0, cuts - old_cuts))
+            self.counters.add(ex.OUTAGES, key, max(0.0, outages - old_outages))
+            self._seen[key] = (max(cuts, old_cuts), max(outages, old_outages))
+        return derived
+
+
+def load_detector(max_seconds: float) -> Detector | None:
+    """A :class:`~nodewarden.agent.flashcut.FlashCutDetector`, or None (logged) when the module
+    is not there or its constructor fails."""
+    try:
+        from nodewarden.agent.flashcut import FlashCutDetector
+    except ImportError as e:
+        log.warning("flash-cut detection disabled: nodewarden.agent.flashcut not available (%s)", e)
+        return None
+    try:
+        return FlashCutDetector(max_seconds=max_seconds)
+    except Exception:
+        log.exception("flash-cut detection disabled: the detector cannot be built")
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting and journaling the polled collectors' events
+
+class EventSink:
+    """Where a polled collector's events go: counted (``collector_events_total`` by collector and
+    kind), shown to the flash-cut detector, journaled with what it derives, then ``save()``
+    (``state.json``), all under ``lock`` (the agent's state lock, shared with the follower).
+
+    An event without a host gets ``host``; one without a time, now (a copy: the collector's
+    object is not changed)."""
+
+    def __init__(self, counters: Counters, store: StateStore, *, lock: threading.RLock,
+                 save: Callable[[], bool], flash: FlashCuts | None = None, host: str | None = None,
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
+        self.counters = counters
+        self.store = store
+        self.lock = lock
+        self.save = save
+        self.flash = flash
+        self.host = host
+        self.clock = clock
+
+    def take(self, collector: str, events: Sequence[FaultEvent], ports: Sequence[Any] | None = None) -> int:
+        """Count and journal ``events`` of ``collector`` and show ``ports`` (the InfiniBand
+        collector's, when given) to the detector. Returns events counted (derived ones included)."""
+        if not events and (ports is None or self.flash is None):
+            return 0
+        now = self.clock()
+        events = [e if e.host is not None and e.time is not None
+                  else dataclasses.replace(e, host=e.host or self.host, time=e.time or now) for e in events]
+        with self.lock:
+            for e in events:
+                self.counters.add_all(ex.increments(e, lambda _pci: "", collector))
+            derived: list[FaultEvent] = []
+            if self.flash is not None:
+                derived = self.flash.observe_events(events)
+                if ports is not None:
+                    derived += self.flash.observe_ports(ports)
+            written = list(events) + derived
+            if written:
+                self.store.journal(written)
+                self.save()
+        return len(events) + len(derived)
+
+
+# ---------------------------------------------------------------------------------------------
+# One collector, one thread
+
+class Worker:
+    """Runs ``collector.collect()`` (then ``ports()`` with ``with_ports``) in its own daemon
+    thread, one call at a time; ``on_done(worker, snapshot, ports, error, seconds)`` is called in
+    that thread when the call returns, however late."""
+
+    def __init__(self, collector: Collector, name: str, with_ports: bool,
+                 on_done: Callable[[Worker, Snapshot | None, list[Any] | None, BaseException | None, float], None]) -> None:
+        self.collector = collector
+        self.name = name
+        self.with_ports = with_ports
+        self.on_done = on_done
+        self.done = threading.Event()  # the current call has returned (set while idle)
+        self.done.set()
+        self.handled = threading.Event()  # ... and its result has been handled
+        self.handled.set()
+        self.started_at: float | None = None  # time.monotonic() of the current call's start
+        self.hung = False  # the current call overran its timeout
+        self._busy = False
+        self._go = threading.Event()
+        self._quit = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def start(self) -> bool:
+        """Begin a call unless one is still running. True when one began."""
+        with self._lock:
+            if self._busy or self._quit:
+                return False
+            self._busy = True
+            self.hung = False
+            self.started_at = time.monotonic()
+            self.done.clear()
+            self.handled.clear()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+                self._thread.start()
+            self._go.set()
+            return True
+
+    def quit(self) -> None:
+        """Let the thread end, calling the collector's ``close()`` (when it has one) in it; a
+        thread blocked in a call ends when (if) the call returns, without ``close()``."""
+        with self._lock:
+            self._quit = True
+            self._go.set()
+
+    def join(self, timeout: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._quit:
+                close = getattr(self.collector, "close", None)
+                if callable(close) and not self._busy:
+                    try:
+                        close()
+                    except Exception:
+                        log.exception("collector %s: close() failed", self.name)
+                return
+            t0 = time.monotonic()
+            snap: Snapshot | None = None
+            ports: list[Any] | None = None
+            err: BaseException | None = None
+            try:
+                snap = self.collector.collect()
+                if not isinstance(snap, Snapshot):
+                    got = type(snap).__name__
+                    snap = None
+                    raise TypeError(f"collect() returned {got}, not a Snapshot")
+                if self.with_ports:
+                    ports = list(self.collector.ports())  # type: ignore[attr-defined]
+            except BaseException as e:  # noqa: BLE001 - isolate everything, even SystemExit, to this collector
+                err = e
+            seconds = time.monotonic() - t0
+            self.done.set()
+            try:
+                self.on_done(self, snap, ports, err, seconds)
+            except Exception:
+                log.exception("collector %s: handling its result failed", self.name)
+            finally:
+                with self._lock:
+                    self._busy = False
+                self.handled.set()
+
+
+# ---------------------------------------------------------------------------------------------
+# The poller
+
+@dataclasses.dataclass
+class Status:
+    """What /healthz says of one polled collector."""
+
+    success: bool | None = None  # None: no call has ended yet
+    last_success: float | None = None  # Unix time
+    error: str | None = None
+    failing_since: float | None = None  # Unix time; logged once per failing spell
+
+
+class Poller:
+    """Polls ``collectors`` every ``interval`` seconds, each in its own :class:`Worker` with a
+    ``timeout``; serves their last good snapshots (:meth:`samples`) and health (:meth:`health`).
+
+    ``sink`` takes their events (None: events are dropped, for tests of the isolation alone).
+    The InfiniBand collector (name ``infiniband``, with a ``ports()`` method) also has its ports
+    shown to the flash-cut detector when the sink has one. ``wall`` gives Unix time."""
+
+    def __init__(self, collectors: Sequence[Collector], counters: Counters, sink: EventSink | None = None, *,
+                 interval: float = POLL_INTERVAL_S, timeout: float = COLLECTOR_TIMEOUT_S,
+                 wall: Callable[[], float] = time.time) -> None:
+        if interval <= 0 or timeout <= 0:
+            raise ValueError("interval and timeout must be > 0")
+        self.counters = counters
+        self.sink = sink
+        self.interval = interval
+        self.timeout = timeout
+        self.wall = wall
+        self._lock = threading.Lock()  # snapshots and status only; never held during a call
+        self._snaps: dict[str, Snapshot] = {}
+        self._status: dict[str, Status] = {}
+        self.workers: list[Worker] = []
+        names: set[str] = set()
+        for c in collectors:
+            name = str(getattr(c, "name", "") or type(c).__name__)
+            if name in names:
+                raise ValueError(f"two polled collectors named {name!r}")
+            names.add(name)
+            with_ports = (name == "infiniband" and callable(getattr(c, "ports", None))
+                          and sink is not None and sink.flash is not None)
+            self.workers.append(Worker(c, name, with_ports, self._done))
+            self._status[name] = Status()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def names(self) -> list[str]:
+        return [w.name for w in self.workers]
+
+    # -- the loop ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Poll in a background thread (first poll at once) until :meth:`stop`."""
+        self._thread = threading.Thread(target=self.run, args=(self._stop,), name="poller", daemon=True)
+        self._thread.start()
+
+    def stop(self, join_s: float = 2.0) -> None:
+        """Stop polling. Idle workers close their collector and end (waited for up to
+        ``join_s`` in all); a hung call is left to its (daemon) thread."""
+        self._stop.set()
+        end = time.monotonic() + join_s
+        if self._thread is not None:
+            self._thread.join(join_s)
+        for w in self.workers:
+            w.quit()
+        for w in self.workers:
+            if not w.busy:
+                w.join(max(0.0, end - time.monotonic()))
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll every ``interval`` (a poll that overran starts the next at once) until ``stop``."""
+        next_t = time.monotonic()
+        while not stop.is_set():
+            self.poll(stop)
+            next_t += self.interval
+            now = time.monotonic()
+            if next_t < now:
+                next_t = now
+            stop.wait(next_t - now)
+
+    def poll(self, stop: threading.Event | None = None) -> None:
+        """One poll: start a call in every idle worker, wait until each returns or its timeout
+        passes, mark those that did not as failed. Busy (hung) workers are not called again."""
+        started = []
+        for w in self.workers:
+            if w.start():
+                started.append(w)
+            else:
+                log.debug("collector %s: previous call still running (%.0fs); not called again",
+                          w.name, time.monotonic() - (w.started_at or time.monotonic()))
+        deadline = time.monotonic() + self.timeout
+        for w in started:
+            while not w.done.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0 or (stop is not None and stop.is_set()):
+                    break
+                w.done.wait(min(left, 0.1))
+        if stop is not None and stop.is_set():
+            return
+        for w in started:
+            if not w.done.is_set():
+                self._hung(w)
+            else:  # returned in time: let its result be counted before the next poll (bounded wait)
+                w.handled.wait(self.timeout)
+
+    # -- results -----------------------------------------------------------------------------
+    def _hung(self, w: Worker) -> None:
+        w.hung = True
+        now = self.wall()
+        with self._lock:
+            st = self._status[w.name]
+            first = st.success is not False
+            st.success = False
+            st.error = f"collect() did not return within {self.timeout:g}s"
+            if first:
+                st.failing_since = now
+        self.counters.set(ex.SUCCESS, (w.name,), 0.0)
+        if first:
+            log.warning("collector %s: collect() did not return within %gs; serving its last snapshot, "
+                        "no new call until this one returns", w.name, self.timeout)
+
+    def _done(self, w: Worker, snap: Snapshot | None, ports: list[Any] | None, err: BaseException | None,
+              seconds: float) -> None:
+        now = self.wall()
+        ok = err is None
+        with self._lock:
+            if snap is not None:
+                self._snaps[w.name] = snap
+            st = self._status[w.name]
+            was = st.success
+            st.success = ok
+            if ok:
+                st.last_success, st.error, st.failing_since = now, None, None
+            else:
+                st.error = f"{type(err).__name__}: {err}"
+                if was is not False:
+                    st.failing_since = now
+        self.counters.set(ex.DURATION, (w.name,), seconds)
+        self.counters.set(ex.SUCCESS, (w.name,), 1.0 if ok else 0.0)
+        if ok:
+            self.counters.set(ex.LAST_SUCCESS, (w.name,), now)
+            if was is False:
+                log.warning("collector %s: working again (the call took %.1fs)", w.name, seconds)
+        elif was is not False:
+            log.error("collector %s failed: %s: %s; serving its last snapshot", w.name,
+                      type(err).__name__, err, exc_info=(type(err), err, err.__traceback__))  # type: ignore[arg-type]
+        else:
+            log.debug("collector %s still failing: %s", w.name, err)
+        if self.sink is not None and (snap is not None or ports is not None):
+            self.sink.take(w.name, snap.events if snap is not None else [], ports)
+
+    # -- what the scrape and /healthz read ---------------------------------------------------
+    def samples(self) -> list[PolledSample]:
+        """The last good snapshot's samples of every collector, in collector order."""
+        with self._lock:
+            snaps = dict(self._snaps)
+        return [(w.name, s) for w in self.workers if w.name in snaps for s in snaps[w.name].samples]
+
+    def health(self) -> dict[str, dict[str, Any]]:
+        """Per collector: ``success`` (null before the first call ends), ``last_success`` (UTC
+        ISO 8601 or null), ``error``, ``running_for`` (seconds the current call has run when it
+        overran its timeout, else null)."""
+        out = {}
+        with self._lock:
+            for w in self.workers:
+                st = self._status[w.name]
+                ls = dt.datetime.fromtimestamp(st.last_success, dt.timezone.utc) if st.last_success else None
+                running = (time.monotonic() - w.started_at) if w.hung and w.busy and w.started_at else None
+                out[w.name] = {"success": st.success, "last_success": iso_utc(ls), "error": st.error,
+                               "running_for": round(running, 1) if running is not None else None}
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the collectors
+
+# name -> (module, class, how the constructor is called). One module per kernel path / library,
+# named after it (nodewarden.collectors.<name>); the name is the `collector` label and the
+# `[collectors]` config key.
+POLLED: dict[str, tuple[str, str, Callable[[type, str, str], Any]]] = {
+    "nvml": ("nodewarden.collectors.nvml", "NvmlCollector", lambda cls, sysfs, host: cls(hostname=host)),
+    "infiniband": ("nodewarden.collectors.infiniband", "InfinibandCollector", lambda cls, sysfs, host: cls(sysfs=sysfs)),
+    "edac": ("nodewarden.collectors.edac", "EdacCollector", lambda cls, sysfs, host: cls(sysfs)),
+    "pcie": ("nodewarden.collectors.pcie", "PcieCollector", lambda cls, sysfs, host: cls(sysfs)),
+    "netclass": ("nodewarden.collectors.netclass", "NetclassCollector", lambda cls, sysfs, host: cls(sysfs)),
+}
+
+
+def build_collectors(enabled: Iterable[str], sysfs: str, host: str) -> list[Collector]:
+    """The enabled polled collectors, in :data:`POLLED` order. A module that is not there
+    (ImportError) or a constructor that fails disables that collector, with a log line."""
+    import importlib
+
+    wanted = set(enabled)
+    out: list[Collector] = []
+    for name, (module, cls_name, make) in POLLED.items():
+        if name not in wanted:
+            continue
+        try:
+            cls = getattr(importlib.import_module(module), cls_name)
+        except (ImportError, AttributeError) as e:
+            log.warning("collector %s disabled: %s.%s not available (%s)", name, module, cls_name, e)
+            continue
+        try:
+            c = make(cls, sysfs, host)
+        except Exception:
+            log.exception("collector %s disabled: its constructor failed", name)
+            continue
+        if not callable(getattr(c, "collect", None)):
+            log.error("collector %s disabled: %s has no collect()", name, cls_name)
+            continue
+        if getattr(c, "name", name) != name:
+            log.warning("collector %s: its name attribute is %r; using %r", name, getattr(c, "name", None), name)
+        try:
+            c.name = name  # type: ignore[misc]
+        except AttributeError:
+            pass
+        out.append(c)
+    return out

@@ -1,0 +1,437 @@
+"""The polled collectors' isolation, with real threads and real collectors that hang, raise
+and recover, scraped over real HTTP; their events counted and journaled; the flash-cut
+detector fed from port polls and from the kernel log, its counts persisted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodewarden import events as ev
+from nodewarden.agent import exporter as ex
+from nodewarden.agent import poller as pl
+from nodewarden.agent import state as st
+from nodewarden.agent.exporter import Counters, make_registry
+from nodewarden.agent.follower import KmsgFollower
+from nodewarden.agent.poller import EventSink, FlashCuts, Poller
+from nodewarden.agent.server import AgentHTTPServer
+from nodewarden.collectors.base import COUNTER, Snapshot
+from nodewarden.events import FaultEvent
+
+T0 = 1_795_000_000.0  # a fixed Unix time for the fake clocks
+
+
+def wait_for(what: str, check: Callable[[], object], deadline_s: float = 5.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if check():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+# ---------------------------------------------------------------------------------------------
+# collectors that misbehave for real
+
+class Slow:
+    """collect() sleeps 30 s (until released) from the ``hang_from``-th call on."""
+
+    name = "slow"
+
+    def __init__(self, hang_from: int = 2) -> None:
+        self.hang_from = hang_from
+        self.calls = 0
+        self.release = threading.Event()
+
+    def collect(self) -> Snapshot:
+        self.calls += 1
+        if self.calls >= self.hang_from:
+            self.release.wait(30)
+        snap = Snapshot()
+        snap.add("nodewarden_test_slow_calls", {"device": "gpu0"}, self.calls)
+        return snap
+
+
+class Flaky:
+    """Raises while ``fail`` is set, like a sysfs read that gets EIO."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.fail = False
+        self.calls = 0
+
+    def collect(self) -> Snapshot:
+        self.calls += 1
+        if self.fail:
+            raise OSError(5, "Input/output error")
+        snap = Snapshot()
+        snap.add("nodewarden_test_flaky_reads_total", {"device": "mc0"}, 100 + self.calls, COUNTER, "reads")
+        return snap
+
+
+class Steady:
+    name = "steady"
+
+    def collect(self) -> Snapshot:
+        snap = Snapshot()
+        snap.add("nodewarden_test_steady", {}, 1)
+        return snap
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[[Poller, Counters], Callable[[], tuple[float, dict]]]]:
+    """Serve a poller's registry over HTTP; returns a scrape function: (seconds, samples)."""
+    servers: list[AgentHTTPServer] = []
+
+    def serve(poller: Poller, counters: Counters) -> Callable[[], tuple[float, dict]]:
+        srv = AgentHTTPServer(("127.0.0.1", 0), make_registry(counters.snapshot, poller.samples),
+                              lambda: {"ok": True})
+        servers.append(srv)
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+
+        def scrape() -> tuple[float, dict]:
+            t0 = time.monotonic()
+            with urllib.request.urlopen(url, timeout=5) as r:
+                text = r.read().decode()
+            took = time.monotonic() - t0
+            out = {}
+            for fam in text_string_to_metric_families(text):
+                for s in fam.samples:
+                    out[(s.name, frozenset(s.labels.items()))] = s.value
+            return took, out
+        return scrape
+
+    yield serve
+    for srv in servers:
+        srv.shutdown()
+        srv.server_close()
+
+
+def k(name: str, **labels: str) -> tuple[str, frozenset]:
+    return (name, frozenset(labels.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# isolation
+
+def test_a_hanging_collector_is_abandoned_and_the_scrape_answers_at_once(served) -> None:
+    slow, steady = Slow(hang_from=2), Steady()
+    counters = Counters()
+    poller = Poller([slow, steady], counters, interval=0.1, timeout=0.3)
+    scrape = served(poller, counters)
+    poller.start()
+    try:
+        # first call returns; the second sleeps 30 s
+        wait_for("the slow collector to be marked failed",
+                 lambda: counters.get(ex.SUCCESS, ("slow",)) == 0.0 and slow.calls == 2)
+        took, s = scrape()
+        assert took < 1.0
+        assert s[k("nodewarden_collector_success", collector="slow")] == 0
+        assert s[k("nodewarden_collector_success", collector="steady")] == 1
+        assert s[k("nodewarden_test_slow_calls", device="gpu0")] == 1  # its last snapshot
+        assert s[k("nodewarden_test_steady")] == 1
+        h = poller.health()["slow"]
+        assert h["success"] is False and "did not return within 0.3s" in h["error"]
+        time.sleep(0.5)  # several more polls while it hangs: no new call, no new thread
+        assert slow.calls == 2
+        assert sum(t.name == "collector-slow" for t in threading.enumerate()) == 1
+        steady_polls = counters.get(ex.LAST_SUCCESS, ("steady",))
+        wait_for("the steady collector to go on", lambda: counters.get(ex.LAST_SUCCESS, ("steady",)) > steady_polls)
+
+        slow.release.set()  # the call returns at last: its result is taken, the collector recovers
+        wait_for("recovery", lambda: counters.get(ex.SUCCESS, ("slow",)) == 1.0)
+        wait_for("a new call", lambda: slow.calls >= 3)
+        took, s = scrape()
+        assert s[k("nodewarden_test_slow_calls", device="gpu0")] >= 2
+        assert s[k("nodewarden_collector_duration_seconds", collector="slow")] > 0
+        assert poller.health()["slow"]["success"] is True
+    finally:
+        slow.release.set()
+        poller.stop()
+
+
+def test_a_collector_that_raises_keeps_its_last_snapshot_and_recovers(served, caplog) -> None:
+    flaky = Flaky()
+    counters = Counters()
+    poller = Poller([flaky, Steady()], counters, interval=10, timeout=1, wall=lambda: T0)
+    scrape = served(poller, counters)
+    poller.poll()
+    _, s = scrape()
+    assert s[k("nodewarden_collector_success", collector="flaky")] == 1
+    assert s[k("nodewarden_test_flaky_reads_total", device="mc0")] == 101
+    assert s[k("nodewarden_collector_last_success_timestamp_seconds", collector="flaky")] == T0
+
+    flaky.fail = True
+    with caplog.at_level(logging.ERROR, logger="nodewarden.agent.poller"):
+        poller.poll()
+        poller.poll()
+    _, s = scrape()
+    assert s[k("nodewarden_collector_success", collector="flaky")] == 0
+    assert s[k("nodewarden_test_flaky_reads_total", device="mc0")] == 101  # the last good snapshot
+    assert s[k("nodewarden_collector_success", collector="steady")] == 1
+    assert "Input/output error" in poller.health()["flaky"]["error"]
+    assert sum("collector flaky failed" in r.getMessage() for r in caplog.records) == 1  # once per spell
+
+    flaky.fail = False
+    poller.poll()
+    _, s = scrape()
+    assert s[k("nodewarden_collector_success", collector="flaky")] == 1
+    assert s[k("nodewarden_test_flaky_reads_total", device="mc0")] == 104
+
+
+def test_collect_returning_no_snapshot_is_a_failure() -> None:
+    class Wrong:
+        name = "wrong"
+
+        def collect(self) -> Any:
+            return {"samples": []}
+
+    counters = Counters()
+    poller = Poller([Wrong()], counters, timeout=1)
+    poller.poll()
+    assert counters.get(ex.SUCCESS, ("wrong",)) == 0
+    assert "not a Snapshot" in poller.health()["wrong"]["error"]
+
+
+def test_stop_closes_idle_collectors_and_leaves_a_hung_one() -> None:
+    class Closing(Steady):
+        closed = False
+
+        def close(self) -> None:
+            Closing.closed = True
+
+    slow = Slow(hang_from=1)
+    poller = Poller([Closing(), slow], Counters(), timeout=0.1)
+    poller.poll()
+    t0 = time.monotonic()
+    poller.stop(join_s=1.0)
+    assert time.monotonic() - t0 < 1.5
+    assert Closing.closed
+    slow.release.set()
+
+
+def test_polled_collectors_need_distinct_names() -> None:
+    with pytest.raises(ValueError):
+        Poller([Steady(), Steady()], Counters())
+
+
+# ---------------------------------------------------------------------------------------------
+# events
+
+def sink_for(tmp_path: Path, counters: Counters, flash: FlashCuts | None = None) -> tuple[EventSink, st.StateStore]:
+    store = st.StateStore(tmp_path)
+    lock = threading.RLock()
+
+    def save() -> bool:
+        return store.save(st.AgentState(kmsg=None, counters=counters.to_json()))
+    return EventSink(counters, store, lock=lock, save=save, flash=flash, host="node01"), store
+
+
+def journal(state_dir: Path) -> list[dict]:
+    return [json.loads(line) for p in sorted(state_dir.glob("events-*.jsonl")) for line in p.read_text().splitlines()]
+
+
+def test_collector_events_are_counted_journaled_and_saved(tmp_path: Path) -> None:
+    class Edac:
+        name = "edac"
+
+        def collect(self) -> Snapshot:
+            snap = Snapshot()
+            snap.events.append(FaultEvent(kind=ev.CPU_ECC, message="mc0/DIMM_A1: 2 corrected", raw="", source="sysfs",
+                                          device="mc0/DIMM_A1", attrs={"mc": 0, "label": "DIMM_A1", "count": 2,
+                                                                       "type": "corrected"}))
+            return snap
+
+    counters = Counters()
+    sink, _ = sink_for(tmp_path, counters)
+    poller = Poller([Edac()], counters, sink, timeout=1)
+    poller.poll()
+    assert counters.get(ex.EVENTS, ("edac", "cpu_ecc")) == 1
+    # the kernel log's EDAC series is the log's alone: the sysfs counters are exported as samples
+    assert not [key for key in counters.snapshot() if key[0] == ex.EDAC_LOGGED.name]
+    (line,) = journal(tmp_path)
+    assert line["kind"] == "cpu_ecc" and line["host"] == "node01" and line["source"] == "sysfs" and line["time"]
+    saved = st.load_state(tmp_path).counters
+    assert {"name": ex.EVENTS.name, "labels": {"collector": "edac", "kind": "cpu_ecc"}, "value": 1.0} in saved
+
+
+class Port:
+    def __init__(self, device: str, port: int, state: int, phys_state: int, link_downed: int,
+                 netdev: str | None = None) -> None:
+        self.device, self.port, self.state, self.phys_state = device, port, state, phys_state
+        self.link_downed, self.link_layer, self.netdev = link_downed, "InfiniBand", netdev
+
+
+class FakeIb:
+    """An InfiniBand collector whose ports follow a script of (state, phys_state, link_downed)."""
+
+    name = "infiniband"
+
+    def __init__(self, script: list[tuple[int, int, int]]) -> None:
+        self.script = script
+        self.i = -1
+
+    def collect(self) -> Snapshot:
+        self.i += 1
+        return Snapshot()
+
+    def ports(self) -> list[Port]:
+        s, ps, ld = self.script[min(self.i, len(self.script) - 1)]
+        return [Port("mlx5_0", 1, s, ps, ld)]
+
+
+def test_port_polls_feed_the_detector_and_its_counts_persist(tmp_path: Path) -> None:
+    flashcut = pytest.importorskip("nodewarden.agent.flashcut")
+    now = [T0]
+    counters = Counters()
+    flash = FlashCuts(flashcut.FlashCutDetector(max_seconds=60), counters, clock=lambda: now[0], host="node01")
+    sink, _ = sink_for(tmp_path, counters, flash)
+    # ACTIVE, DOWN (Polling), ACTIVE 10 s later: a flash cut; then DOWN for 5 min: an outage;
+    # then a link_downed rise between two ACTIVE polls: another flash cut
+    ib = FakeIb([(4, 5, 0), (1, 2, 1), (4, 5, 1), (1, 2, 2), (4, 5, 2), (4, 5, 3)])
+    poller = Poller([ib], counters, sink, timeout=1)
+    for step in (0, 10, 10, 10, 300, 10):
+        now[0] += step
+        poller.poll()
+    key = ("mlx5_0", "1")
+    assert counters.get(ex.FLASH_CUTS, key) == 2
+    assert counters.get(ex.OUTAGES, key) == 1
+    assert counters.get(ex.EVENTS, ("flash_cut", "ib_flash_cut")) == 2
+    kinds = sorted(e["kind"] for e in journal(tmp_path))
+    assert kinds == ["ib_flash_cut", "ib_flash_cut", "ib_link_outage"]
+    assert all(e["host"] == "node01" for e in journal(tmp_path))
+
+    # a restart: the persisted counters come back, a fresh detector adds to them
+    restored = Counters()
+    restored.load_json(st.load_state(tmp_path).counters)
+    assert restored.get(ex.FLASH_CUTS, key) == 2 and restored.get(ex.OUTAGES, key) == 1
+    flash2 = FlashCuts(flashcut.FlashCutDetector(max_seconds=60), restored, clock=lambda: now[0])
+    for s, ps in ((4, 5), (1, 2), (4, 5)):
+        now[0] += 5
+        flash2.observe_ports([Port("mlx5_0", 1, s, ps, 3)])
+    assert restored.get(ex.FLASH_CUTS, key) == 3
+
+
+class FakeDetector:
+    """Records what it is shown; reports one cut per ``ib_link_up`` event."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, Any]] = []
+        self.cuts = 0
+        self.mapped: dict[str, tuple[str, int]] = {}
+
+    def map_netdev(self, netdev: str, device: str, port: int) -> None:
+        self.mapped[netdev] = (device, port)
+
+    def observe_event(self, e: FaultEvent, now: float) -> list[FaultEvent]:
+        self.seen.append((e.kind, now))
+        if e.kind == ev.IB_LINK_UP:
+            self.cuts += 1
+            return [FaultEvent(kind=ev.IB_FLASH_CUT, message="cut", raw="cut", device="mlx5_3/1",
+                               time=e.time, source=e.source)]
+        return []
+
+    def observe_port(self, device: str, port: int, state: int, phys_state: int, link_downed: int,
+                     now: float) -> list[FaultEvent]:
+        self.seen.append(("port", (device, port, state, now)))
+        return []
+
+    def counts(self) -> dict:
+        return {("mlx5_3", 1): {"flash_cuts": self.cuts, "outages": 0},
+                ("eno1", None): {"flash_cuts": 4, "outages": 0}}  # an unmapped Ethernet netdev
+
+
+def test_only_link_events_reach_the_detector_with_their_own_time() -> None:
+    det = FakeDetector()
+    counters = Counters()
+    flash = FlashCuts(det, counters, clock=lambda: T0)
+    when = dt.datetime.fromtimestamp(T0 - 100, dt.timezone.utc)
+    out = flash.observe_events([
+        FaultEvent(kind=ev.XID, message="x", raw="x", code=79),
+        FaultEvent(kind=ev.IB_LINK_DOWN, message="d", raw="d", time=when, attrs={"rdma_device": "mlx5_3", "port": 1}),
+        FaultEvent(kind=ev.NET_LINK_UP, message="u", raw="u"),
+    ])
+    assert det.seen == [(ev.IB_LINK_DOWN, T0 - 100), (ev.NET_LINK_UP, T0)]
+    assert out == []
+    flash.observe_ports([Port("mlx5_3", 1, 4, 5, 0, netdev="enp83s0f0np0")])
+    assert det.mapped == {"enp83s0f0np0": ("mlx5_3", 1)}
+    assert counters.get(ex.FLASH_CUTS, ("mlx5_3", "1")) == 0  # the series exists before the first cut
+    assert not [key for key in counters.snapshot() if key[0] == ex.FLASH_CUTS.name and key[1][0] == "eno1"]
+
+
+def test_a_failing_detector_costs_the_observation_only(caplog) -> None:
+    class Broken(FakeDetector):
+        def observe_event(self, e: FaultEvent, now: float) -> list[FaultEvent]:
+            raise KeyError("boom")
+
+    flash = FlashCuts(Broken(), Counters())
+    with caplog.at_level(logging.ERROR):
+        assert flash.observe_events([FaultEvent(kind=ev.IB_LINK_DOWN, message="d", raw="d")]) == []
+    assert "observe_event failed" in caplog.text
+
+
+class Records:
+    """A /dev/kmsg stand-in: raw records, read once (KmsgReader's interface)."""
+
+    boot_id = "6f0c2a1e-0000-4000-8000-000000000001"
+    overruns = 0
+
+    def __init__(self, records: list[str]) -> None:
+        self.records = records
+
+    def read_available(self, limit: int = 100_000) -> list[str]:
+        out, self.records = self.records[:limit], self.records[limit:]
+        return out
+
+    def wait(self, timeout: float) -> bool:
+        return bool(self.records)
+
+
+def test_kernel_log_link_lines_go_through_the_detector(tmp_path: Path) -> None:
+    det = FakeDetector()
+    counters = Counters()
+    flash = FlashCuts(det, counters, host="node01")
+    boot = dt.datetime(2026, 11, 29, 8, 0, tzinfo=dt.timezone.utc)
+    recs = Records(["6,10,5000000,-;mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link DOWN\n",
+                    "6,11,5900000,-;mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE\n"])
+    f = KmsgFollower(recs, counters, st.StateStore(tmp_path), host="node01", gpu_of=lambda _p: "", boot_time=boot,
+                     position=None, clock=lambda: 100.0, observer=flash.observe_events)
+    f.catch_up()
+    assert [kind for kind, _ in det.seen] == [ev.IB_LINK_DOWN, ev.IB_LINK_UP]
+    assert det.seen[0][1] == (boot + dt.timedelta(seconds=5)).timestamp()  # the record's own time
+    assert counters.get(ex.FLASH_CUTS, ("mlx5_3", "1")) == 1
+    assert counters.get(ex.IB_LINK, ("mlx5_3", "1", "DOWN")) == 1
+    kinds = [e["kind"] for e in journal(tmp_path)]
+    assert kinds.count("ib_flash_cut") == 1 and kinds.count("ib_link_down") == 1
+    saved = st.load_state(tmp_path).counters  # counted and saved with the cursor
+    assert {"name": ex.FLASH_CUTS.name, "labels": {"device": "mlx5_3", "port": "1"}, "value": 1.0} in saved
+
+
+# ---------------------------------------------------------------------------------------------
+# building the collectors
+
+def test_a_missing_collector_module_disables_that_collector(monkeypatch, caplog) -> None:
+    monkeypatch.setitem(pl.POLLED, "nvml", ("nodewarden.collectors.no_such_module", "NvmlCollector",
+                                            lambda cls, sysfs, host: cls(hostname=host)))
+    with caplog.at_level(logging.WARNING):
+        built = pl.build_collectors(["nvml"], "/nonexistent", "node01")
+    assert built == []
+    assert "collector nvml disabled" in caplog.text
+
+
+def test_collectors_are_built_in_a_fixed_order_from_the_enabled_list() -> None:
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "h100-hgx-ndr")
+    built = pl.build_collectors(["netclass", "infiniband", "edac"], fixture, "node01")
+    names = [c.name for c in built]
+    assert names == [n for n in ("infiniband", "edac", "netclass") if n in names]

@@ -1,0 +1,287 @@
+"""The weekly validator run: when it is due (pure functions and the scheduler's loop on a fake
+clock), what it exports, and the real thing: ``nodewarden validate`` run as a subprocess on a
+sysfs fixture tree, its report exported and read back after a restart, a run killed at its
+timeout, a run interrupted by the agent's stop."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nodewarden.agent import exporter as ex
+from nodewarden.agent import schedule as sc
+from nodewarden.agent.exporter import Counters
+from nodewarden.agent.schedule import Scheduler, is_due, jitter_offset, next_due, slot_start
+
+DAY, HOUR = 86400.0, 3600.0
+WEEK = 7 * DAY
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+
+
+def utc(*args: int) -> float:
+    return dt.datetime(*args, tzinfo=dt.timezone.utc).timestamp()
+
+
+# ---------------------------------------------------------------------------------------------
+# pure: jitter, slots, due
+
+def test_jitter_is_per_host_stable_and_within_the_window() -> None:
+    offsets = {h: jitter_offset(h, 12 * HOUR, WEEK) for h in (f"gpu-{i:03d}" for i in range(200))}
+    assert all(0 <= o < 12 * HOUR for o in offsets.values())
+    assert jitter_offset("gpu-017", 12 * HOUR, WEEK) == offsets["gpu-017"]  # the same on every start
+    assert len(set(offsets.values())) == 200
+    # spread over the window, not bunched: every 2-hour bucket gets some of 200 hosts
+    assert {int(o // (2 * HOUR)) for o in offsets.values()} == set(range(6))
+    assert jitter_offset("gpu-017", 0, WEEK) == 0
+    assert jitter_offset("gpu-017", 30 * DAY, WEEK) < WEEK  # never more than the interval
+
+
+def test_weekly_slots_start_on_monday_utc_plus_the_offset() -> None:
+    wed = utc(2026, 11, 25, 15, 0)
+    start = slot_start(wed, WEEK, 0)
+    assert dt.datetime.fromtimestamp(start, dt.timezone.utc) == dt.datetime(2026, 11, 23, tzinfo=dt.timezone.utc)
+    assert slot_start(wed, WEEK, 3 * HOUR) == start + 3 * HOUR
+    assert slot_start(start + 3 * HOUR - 1, WEEK, 3 * HOUR) == start + 3 * HOUR - WEEK  # just before this week's
+
+
+def test_next_due() -> None:
+    off = 5 * HOUR
+    monday = utc(2026, 11, 23) + off  # this host's slot start
+    first = utc(2026, 11, 25, 10, 0)
+    assert next_due(None, first, WEEK, off) == first + off  # a new node: within jitter_hours
+    assert next_due(monday + 60, first, WEEK, off) == monday + WEEK
+    assert next_due(monday + 3 * DAY, first, WEEK, off) == monday + WEEK  # a late run keeps the host's time
+    assert next_due(monday - 60, first, WEEK, off) == monday  # last run in the previous slot
+    # the agent was down for three weeks: due at once
+    assert is_due(monday + 3 * WEEK, monday, first, WEEK, off)
+    assert not is_due(monday + WEEK - 1, monday, first, WEEK, off)
+    # a last run stamped in the future (the clock was wrong then) does not postpone for years
+    now = monday + 2 * DAY
+    assert next_due(utc(2031, 1, 1), first, WEEK, off, now=now) == monday + WEEK
+
+
+class FakeClock:
+    """Wall time that moves only when the scheduler sleeps; stops the loop at ``end``."""
+
+    def __init__(self, start: float, end: float) -> None:
+        self.t = start
+        self.end = end
+        self.sleeps: list[float] = []
+
+    def wall(self) -> float:
+        return self.t
+
+    def sleep(self, stop: threading.Event, seconds: float) -> bool:
+        assert seconds > 0
+        self.sleeps.append(seconds)
+        self.t += seconds
+        if self.t >= self.end:
+            stop.set()
+        return stop.is_set()
+
+
+class Recording(Scheduler):
+    """The scheduler with the subprocess left out: each run takes ``took`` seconds of fake time."""
+
+    took = 20 * 60.0
+    clock: FakeClock
+
+    def run_once(self, stop: threading.Event | None = None) -> int | None:
+        started = self.begin()
+        self.runs.append(started)
+        self.clock.t += self.took
+        self.finish(started, 0, report_expected=False)
+        return 0
+
+
+def simulate(tmp_path: Path, start: float, days: float, busy=lambda t: False, host: str = "gpu-017") -> Recording:
+    clock = FakeClock(start, start + days * DAY)
+    Recording.clock = clock
+    s = Recording(Counters(), tmp_path, host, busy=lambda: busy(clock.t), wall=clock.wall, sleep=clock.sleep)
+    s.runs = []
+    s.run(threading.Event())
+    return s
+
+
+def test_a_month_on_a_fake_clock_runs_once_per_slot_at_the_hosts_time(tmp_path: Path) -> None:
+    start = utc(2026, 11, 25, 10, 0)  # a Wednesday: the agent is installed
+    s = simulate(tmp_path, start, 30)
+    off = s.offset_s
+    assert s.runs[0] == pytest.approx(start + off)  # the first run within jitter_hours of the first start
+    weekly = s.runs[1:]
+    assert len(weekly) == 4
+    for r in weekly:  # then each Monday (UTC), this host's offset in
+        t = dt.datetime.fromtimestamp(r - off, dt.timezone.utc)
+        assert (t.weekday(), t.hour, t.minute) == (0, 0, 0)
+    assert all(b - a == pytest.approx(WEEK) for a, b in zip(weekly, weekly[1:]))
+    assert max(s.clock.sleeps) <= sc.MAX_SLEEP_S  # the clock is looked at every 5 minutes at least
+    saved = json.loads((tmp_path / sc.SCHEDULE_FILE).read_text())
+    assert saved["last_exit_code"] == 0 and saved["first_seen"].startswith("2026-11-25T10:00")
+
+
+def test_busy_gpus_defer_the_run_by_30_minute_retries(tmp_path: Path) -> None:
+    start = utc(2026, 11, 25, 10, 0)
+    probe = Scheduler(Counters(), tmp_path / "probe", "gpu-017", busy=lambda: False)
+    due = start + probe.offset_s
+    job_ends = due + 3 * HOUR + 7 * 60  # a job holds the GPUs from before the due time until then
+    s = simulate(tmp_path / "run", start, 2, busy=lambda t: t < job_ends)
+    assert len(s.runs) == 1
+    assert job_ends <= s.runs[0] < job_ends + sc.BUSY_RETRY_S
+    assert (s.runs[0] - due) % sc.BUSY_RETRY_S == pytest.approx(0, abs=1e-6)
+    assert s.counters.get(ex.VAL_NEXT) == pytest.approx(sc.next_due(s.runs[0], start, WEEK, s.offset_s))
+
+
+def test_a_run_the_node_died_in_counts_as_the_slots_run(tmp_path: Path, caplog) -> None:
+    monday = utc(2026, 11, 23)
+    state = sc.ScheduleState(first_seen=monday - WEEK, last_attempt=monday + HOUR)  # no exit code, no end
+    (tmp_path / sc.SCHEDULE_FILE).write_text(json.dumps(state.to_dict()))
+    with caplog.at_level(logging.WARNING):
+        s = Scheduler(Counters(), tmp_path, "gpu-017", jitter_hours=0, wall=lambda: monday + 2 * HOUR)
+    assert "did not finish" in caplog.text
+    assert s.due_at() == monday + WEEK  # not re-run at once: a faulty node does not loop
+
+
+# ---------------------------------------------------------------------------------------------
+# what is exported
+
+REPORT = {
+    "schema": "nodewarden.validate/1", "host": "gpu-017", "started": "2026-11-23T05:00:00Z",
+    "finished": "2026-11-23T05:12:00Z", "profile": "h100_sxm5_80gb", "device": "cuda", "quick": False,
+    "exit_code": 1,
+    "checks": [
+        {"check": "links", "status": "pass", "measurements": [
+            {"name": "ib_rate", "value": 4e11, "unit": "bit/s", "device": "mlx5_0/1"},
+            {"name": "ib_rate", "value": 4e11, "unit": "bit/s", "device": "mlx5_1/1"},
+            {"name": "firmware", "value": "28.39.1002", "unit": "", "device": None},  # not a number
+            {"name": "ok", "value": True, "unit": "", "device": None}]},  # not a measurement either
+        {"check": "gemm", "status": "fail", "measurements": [
+            {"name": "flops", "value": 5.1e14, "unit": "FLOP/s", "device": "0"}]},
+        {"check": "storage", "status": "skip", "measurements": []},
+        "garbage",
+    ],
+}
+
+
+def test_report_series() -> None:
+    fams = sc.report_series(REPORT)
+    status = fams[ex.VAL_STATUS]
+    assert status[("gemm", "fail")] == 1 and status[("gemm", "pass")] == 0
+    assert sum(v for (c, _), v in status.items() if c == "links") == 1
+    assert len(status) == 3 * len(sc.STATUSES)
+    assert fams[ex.VAL_VALUE] == {("links", "ib_rate", "bit/s", "mlx5_0/1"): 4e11,
+                                  ("links", "ib_rate", "bit/s", "mlx5_1/1"): 4e11,
+                                  ("gemm", "flops", "FLOP/s", "0"): 5.1e14}
+    assert fams[ex.VAL_LAST_RUN] == {(): utc(2026, 11, 23, 5, 12)}
+    assert sc.report_series("not a report") == {ex.VAL_STATUS: {}, ex.VAL_VALUE: {}}
+    assert sc.STATUSES == __import__("nodewarden.validator.result", fromlist=["STATUSES"]).STATUSES
+
+
+def test_a_saved_report_is_exported_at_start(tmp_path: Path) -> None:
+    (tmp_path / sc.REPORT_FILE).write_text(json.dumps(REPORT))
+    c = Counters()
+    Scheduler(c, tmp_path, "gpu-017", busy=lambda: False)
+    assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1
+    assert c.get(ex.VAL_LAST_RUN) == utc(2026, 11, 23, 5, 12)
+    assert c.get(ex.VAL_EXIT) == 1  # from the report: this agent has not run one yet
+    assert c.get(ex.VAL_NEXT) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the real subprocess
+
+def test_the_real_scheduler_runs_validate_and_exports_its_report(tmp_path: Path) -> None:
+    """A two-second interval and a real ``nodewarden validate --checks links`` on the ConnectX-3
+    fixture (one port down: the check fails, exit 1)."""
+    c = Counters()
+    args = ["--checks", "links", "--profile", "generic", "--sysfs", str(FIXTURES / "cx3-fdr")]
+    s = Scheduler(c, tmp_path, "testnode", interval_days=2 / DAY, jitter_hours=0, args=args, timeout_s=60,
+                  busy=lambda: False)
+    t0 = time.time()
+    s.start()
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and (ex.VAL_EXIT.name, ()) not in c.snapshot():
+            time.sleep(0.05)
+    finally:
+        s.stop()
+    assert c.get(ex.VAL_EXIT) == 1
+    assert c.get(ex.VAL_STATUS, ("links", "fail")) == 1 and c.get(ex.VAL_STATUS, ("links", "pass")) == 0
+    assert c.get(ex.VAL_VALUE, ("links", "ib_rate", "bit/s", "mlx4_0/2")) == 56e9
+    assert t0 <= c.get(ex.VAL_ATTEMPT) <= c.get(ex.VAL_LAST_RUN) <= time.time()
+    report = json.loads((tmp_path / sc.REPORT_FILE).read_text())
+    assert report["exit_code"] == 1 and [ch["check"] for ch in report["checks"]] == ["links"]
+    assert (tmp_path / sc.LOG_FILE).exists()  # the latest run's output (here a second run the stop cut short)
+
+    # a restart reads it all back
+    c2 = Counters()
+    s2 = Scheduler(c2, tmp_path, "testnode", interval_days=2 / DAY, jitter_hours=0, args=args, busy=lambda: False)
+    for fam in (ex.VAL_STATUS, ex.VAL_VALUE, ex.VAL_LAST_RUN, ex.VAL_EXIT, ex.VAL_ATTEMPT):
+        assert {k: v for k, v in c2.snapshot().items() if k[0] == fam.name} == \
+            pytest.approx({k: v for k, v in c.snapshot().items() if k[0] == fam.name}, abs=1e-5), fam.name
+    assert s2.state.last_exit_code == 1
+
+
+def sleeper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A validator that never finishes."""
+    monkeypatch.setattr(sc, "validate_command", lambda report, args: [sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_a_run_past_its_timeout_is_killed_and_the_previous_report_stays(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / sc.REPORT_FILE).write_text(json.dumps(REPORT))
+    sleeper(monkeypatch)
+    c = Counters()
+    s = Scheduler(c, tmp_path, "gpu-017", timeout_s=0.5, kill_grace_s=5, busy=lambda: False)
+    t0 = time.monotonic()
+    assert s.run_once() == -15  # SIGTERM
+    assert time.monotonic() - t0 < 5
+    assert c.get(ex.VAL_EXIT) == -15
+    assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1  # the previous report's, with its own time
+    assert c.get(ex.VAL_LAST_RUN) == utc(2026, 11, 23, 5, 12)
+    assert s.state.last_exit_code == -15 and s.state.last_attempt is not None
+
+
+def test_the_agents_stop_ends_a_run_which_then_does_not_count(tmp_path: Path, monkeypatch) -> None:
+    sleeper(monkeypatch)
+    c = Counters()
+    s = Scheduler(c, tmp_path, "gpu-017", jitter_hours=0, kill_grace_s=5, busy=lambda: False)
+    first_due = s.due_at()
+    s.start()
+    end = time.monotonic() + 10
+    while s.running_since is None and time.monotonic() < end:
+        time.sleep(0.02)
+    assert s.running_since is not None
+    t0 = time.monotonic()
+    s.stop()
+    assert time.monotonic() - t0 < 5
+    assert s.state.last_attempt is None  # it runs again after the restart
+    assert (ex.VAL_ATTEMPT.name, ()) not in c.snapshot()
+    assert json.loads((tmp_path / sc.SCHEDULE_FILE).read_text())["last_attempt"] is None
+    assert s.due_at() == first_due
+
+
+def test_nvml_absent_means_idle() -> None:
+    assert sc.nvml_gpus_busy() is False  # no NVML library on this machine: the GPUs are taken as idle
+
+
+def test_a_hanging_busy_probe_counts_as_busy_and_is_not_called_again() -> None:
+    release = threading.Event()
+    calls = []
+
+    def probe() -> bool:
+        calls.append(1)
+        release.wait(10)
+        return False
+
+    p = sc._Probe(probe, timeout=0.1)
+    assert p() is True and p() is True
+    assert len(calls) == 1
+    release.set()
+    time.sleep(0.1)
+    assert p() is False
