@@ -23,7 +23,7 @@ its ``ce_count``/``ue_count`` as ``unknown``):
 * ``nodewarden_edac_correctable_errors_total{controller,dimm}``
 * ``nodewarden_edac_uncorrectable_errors_total{controller,dimm}``
 * ``nodewarden_edac_controller_info{controller,mc_name} 1``
-* ``nodewarden_edac_seconds_since_reset{controller}``
+* ``nodewarden_edac_since_reset_seconds{controller}``
 * ``nodewarden_collector_unreadable_files{collector="edac"}``
 
 ``sum by (controller)`` of the two counters equals the controller's ``ce_count``/``ue_count``.
@@ -54,7 +54,7 @@ HELP = {
     METRIC[CE]: "Corrected memory errors counted by the EDAC driver (sysfs), per DIMM.",
     METRIC[UE]: "Uncorrected memory errors counted by the EDAC driver (sysfs), per DIMM.",
     "nodewarden_edac_controller_info": "EDAC memory controller and its driver's name; always 1.",
-    "nodewarden_edac_seconds_since_reset": "Seconds since the controller's EDAC counters were last reset.",
+    "nodewarden_edac_since_reset_seconds": "Seconds since the controller's EDAC counters were last reset.",
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll.",
 }
 _MC = re.compile(r"^mc\d+$")
@@ -199,8 +199,8 @@ class EdacCollector:
             snap.add("nodewarden_edac_controller_info", ctl + (("mc_name", mc.mc_name or ""),), 1, GAUGE,
                      HELP["nodewarden_edac_controller_info"])
             if mc.seconds_since_reset is not None:
-                snap.add("nodewarden_edac_seconds_since_reset", ctl, mc.seconds_since_reset, GAUGE,
-                         HELP["nodewarden_edac_seconds_since_reset"])
+                snap.add("nodewarden_edac_since_reset_seconds", ctl, mc.seconds_since_reset, GAUGE,
+                         HELP["nodewarden_edac_since_reset_seconds"])
             per = dimm_counts(mc)
             for (dimm, typ), value in sorted(per.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
                 snap.add(METRIC[typ], ctl + (("dimm", dimm),), value, COUNTER, HELP[METRIC[typ]])

@@ -19,8 +19,8 @@ file                                               series
 ``counters/port_{xmit,rcv}_packets``               ``nodewarden_ib_port_packets_total``
 ``counters/{unicast,multicast}_{xmit,rcv}_packets``  ``nodewarden_ib_port_{unicast,multicast}_packets_total``
 ``counters/port_xmit_wait``                        ``nodewarden_ib_port_xmit_wait_total``
-``counters/<anything else>``                       ``nodewarden_ib_port_counter_total{counter}``
-``hw_counters/<name>`` (names may hold commas)     ``nodewarden_ib_hw_counter_total{counter}``
+``counters/<anything else>``                       ``nodewarden_ib_port_stat_total{counter}``
+``hw_counters/<name>`` (names may hold commas)     ``nodewarden_ib_hw_stat_total{counter}``
 =================================================  ==============================================
 
 Saturation. The PMA PortCounters attribute (IBA vol. 1, 16.1.3.5; the widths in
@@ -31,7 +31,7 @@ constraint-error counters 8 bits, ``local_link_integrity_errors`` and
 ``excessive_buffer_overrun_errors`` 4 bits (15), ``port_xmit_wait`` and, when the device lacks
 the extended (64-bit) PortCountersExtended, the data and packet counters 32 bits. A counter at
 its maximum can no longer show change: it is exported as read and flagged with
-``nodewarden_ib_counter_saturated{counter} 1`` (only saturated counters get that series). The
+``nodewarden_ib_port_saturated{counter} 1`` (only saturated counters get that series). The
 kernel publishes ``unicast_*``/``multicast_*`` only from the extended attribute, so their
 presence says the data/packet counters are 64-bit.
 
@@ -110,9 +110,9 @@ HELP = {
     "nodewarden_ib_port_unicast_packets_total": "PMA unicast packets (PortCountersExtended).",
     "nodewarden_ib_port_multicast_packets_total": "PMA multicast packets (PortCountersExtended).",
     "nodewarden_ib_port_xmit_wait_total": "PMA PortXmitWait: ticks the port had data to send but no flow-control credits.",
-    "nodewarden_ib_port_counter_total": "Other PMA counters under ports/*/counters.",
-    "nodewarden_ib_hw_counter_total": "Driver hardware counters under ports/*/hw_counters.",
-    "nodewarden_ib_counter_saturated": "1 when a PMA counter sits at its maximum and can no longer show change.",
+    "nodewarden_ib_port_stat_total": "Other PMA counters under ports/*/counters.",
+    "nodewarden_ib_hw_stat_total": "Driver hardware counters under ports/*/hw_counters.",
+    "nodewarden_ib_port_saturated": "1 when a PMA counter sits at its maximum and can no longer show change.",
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll (N/A (no PMA), I/O errors).",
 }
 
@@ -266,19 +266,19 @@ class InfinibandCollector:
                 if counter in ERROR_COUNTERS:
                     metric, extra = "nodewarden_ib_port_errors_total", (("counter", counter),)
                 else:
-                    metric, extra = "nodewarden_ib_port_counter_total", (("counter", counter),)
+                    metric, extra = "nodewarden_ib_port_stat_total", (("counter", counter),)
             snap.add(metric, labels + extra, value * mult, COUNTER, HELP[metric])
             top = saturation_max(counter, extended)
             if top is not None and value >= top:
-                snap.add("nodewarden_ib_counter_saturated", labels + (("counter", counter),), 1, GAUGE,
-                         HELP["nodewarden_ib_counter_saturated"])
+                snap.add("nodewarden_ib_port_saturated", labels + (("counter", counter),), 1, GAUGE,
+                         HELP["nodewarden_ib_port_saturated"])
         for fname in listdir(pdir / "hw_counters"):
             if fname in NOT_COUNTERS:
                 continue
             value = reader.counter(pdir / "hw_counters" / fname)
             if value is not None:
-                snap.add("nodewarden_ib_hw_counter_total", labels + (("counter", fname),), value, COUNTER,
-                         HELP["nodewarden_ib_hw_counter_total"])
+                snap.add("nodewarden_ib_hw_stat_total", labels + (("counter", fname),), value, COUNTER,
+                         HELP["nodewarden_ib_hw_stat_total"])
         netdev = reader.text(pdir / "gid_attrs" / "ndevs" / "0") if layer == "Ethernet" else None
         return PortReading(dev, port, state[0], phys[0], link_downed, layer, state[1], phys[1], netdev or None)
 

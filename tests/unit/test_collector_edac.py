@@ -86,7 +86,7 @@ def test_sbridge_dimm_layout():
     info = {dict(s.labels)["controller"]: dict(s.labels)["mc_name"] for s in snap.samples
             if s.name == "nodewarden_edac_controller_info"}
     assert info == {"mc0": "Sandy Bridge SrcID#0_Ha#0", "mc1": "Sandy Bridge SrcID#1_Ha#0"}
-    since = {dict(s.labels)["controller"]: s.value for s in snap.samples if s.name == "nodewarden_edac_seconds_since_reset"}
+    since = {dict(s.labels)["controller"]: s.value for s in snap.samples if s.name == "nodewarden_edac_since_reset_seconds"}
     assert since == {"mc0": 3600, "mc1": 3600}
     assert all(s.kind == "counter" for s in snap.samples if s.name in (CE, UE))
     assert snap.events == []

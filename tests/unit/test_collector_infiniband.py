@@ -129,11 +129,11 @@ def test_h100_values():
         assert v[key] == value, key
     # Saturated: Y-003's link_downed 255 (8-bit) and excessive_buffer_overrun_errors 15 (4-bit).
     saturated = {dict(k[1])["device"] + ":" + dict(k[1])["counter"] for k, val in v.items()
-                 if k[0] == "nodewarden_ib_counter_saturated"}
+                 if k[0] == "nodewarden_ib_port_saturated"}
     assert saturated == {"mlx5_0:excessive_buffer_overrun_errors", "mlx5_1:link_downed"}
     assert len([k for k in v if k[0] == "nodewarden_ib_port_state"]) == 9  # mlx5_0..7 + mlx5_bond_0
     # hw_counters/lifespan is the counter cache's lifetime (a setting), not a count.
-    assert not [k for k in v if k[0] == "nodewarden_ib_hw_counter_total"]
+    assert not [k for k in v if k[0] == "nodewarden_ib_hw_stat_total"]
     assert all(s.kind == "counter" for s in snap.samples if s.name.endswith("_total"))
     assert all(s.help for s in snap.samples)
     assert snap.events == []
@@ -160,8 +160,8 @@ def test_no_pma_and_comma_names():
     assert not [k for k in v if k[0] == "nodewarden_ib_port_errors_total" and dict(k[1])["device"] == "i40iw0"]
     assert v[("nodewarden_ib_port_state", port("i40iw0"))] == 4
     assert v[("nodewarden_collector_unreadable_files", (("collector", "infiniband"),))] == 2
-    assert v[("nodewarden_ib_hw_counter_total", port("hfi1_0", counter="SwLinkUp,32"))] == 1
-    assert v[("nodewarden_ib_hw_counter_total", port("hfi1_0", counter="RcvHdrOvr10"))] == 0
+    assert v[("nodewarden_ib_hw_stat_total", port("hfi1_0", counter="SwLinkUp,32"))] == 1
+    assert v[("nodewarden_ib_hw_stat_total", port("hfi1_0", counter="RcvHdrOvr10"))] == 0
     assert {r.key: r.link_downed for r in c.ports()} == {"hfi1_0/1": 0, "i40iw0/1": None}
 
 
@@ -242,14 +242,14 @@ def test_data_counters_widths_and_saturation(tmp_path: Path):
     assert v[("nodewarden_ib_port_packets_total", p + (("direction", "receive"),))] == 9
     assert v[("nodewarden_ib_port_errors_total", p + (("counter", "port_rcv_constraint_errors"),))] == 255
     assert v[("nodewarden_ib_link_error_recovery_total", p)] == 3
-    flagged = {dict(k[1])["counter"] for k in v if k[0] == "nodewarden_ib_counter_saturated"
+    flagged = {dict(k[1])["counter"] for k in v if k[0] == "nodewarden_ib_port_saturated"
                and dict(k[1])["device"] == "mlx5_2"}
     assert flagged == {"port_xmit_data", "port_rcv_constraint_errors", "symbol_error"}
     # With PortCountersExtended (unicast_* present) the data counters are 64-bit: not saturated.
     put(root, f"{rel}/unicast_xmit_packets", 5)
     put(root, f"{rel}/multicast_rcv_packets", 2)
     v = values(c.collect())
-    flagged = {dict(k[1])["counter"] for k in v if k[0] == "nodewarden_ib_counter_saturated"
+    flagged = {dict(k[1])["counter"] for k in v if k[0] == "nodewarden_ib_port_saturated"
                and dict(k[1])["device"] == "mlx5_2"}
     assert flagged == {"port_rcv_constraint_errors", "symbol_error"}
     assert v[("nodewarden_ib_port_unicast_packets_total", p + (("direction", "transmit"),))] == 5
@@ -274,7 +274,7 @@ def test_bad_files_fail_alone(tmp_path: Path):
     assert ("nodewarden_ib_port_errors_total", p + (("counter", "symbol_error"),)) not in v
     assert ("nodewarden_ib_port_errors_total", p + (("counter", "port_rcv_errors"),)) not in v
     assert v[("nodewarden_ib_port_errors_total", p + (("counter", "excessive_buffer_overrun_errors"),))] == 0
-    assert v[("nodewarden_ib_hw_counter_total", p + (("counter", "out_of_sequence"),))] == 12
+    assert v[("nodewarden_ib_hw_stat_total", p + (("counter", "out_of_sequence"),))] == 12
     assert v[("nodewarden_ib_port_state", p)] == 4
     assert v[("nodewarden_collector_unreadable_files", (("collector", "infiniband"),))] == 4
     assert v[("nodewarden_ib_port_state", port("mlx5_6"))] == 4  # the other ports answer
