@@ -17,4 +17,7 @@ export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q torch==2.13.0 \
     || echo "warning: torch not installed; the compute-check tests will be skipped" >&2
 python3 -m pip install -q -e '.[test]'
+# The end-to-end tests write test fault lines (facility "user", flagged injected) into this
+# machine's real /dev/kmsg. Set NODEWARDEN_WRITE_KMSG=0 on a node whose kernel log others watch.
+export NODEWARDEN_WRITE_KMSG="${NODEWARDEN_WRITE_KMSG:-1}"
 exec python3 -m pytest "$@"

@@ -130,7 +130,10 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
             def read_stdin() -> tuple[Iterable[FaultEvent], KernelLogParser]:
                 parser = KernelLogParser(source="stdin")
                 ctx = TimeContext.make(tz=tz, boot_time=boot_time)
-                return list(events_from_stream(stdin or sys.stdin.buffer, parser, ctx)), parser
+                stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+                if stream is None:
+                    raise InputError("-: standard input is closed")
+                return list(events_from_stream(stream, parser, ctx)), parser
             sources.append(("-", read_stdin))
         for f in files:
             if _is_char_device(f.path):
@@ -144,7 +147,9 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                 events, parser = read()
             except InputError as e:
                 report(str(e))
-                continue
+                if not e.events:
+                    continue
+                events, parser = e.events, e.parser  # the readable part is kept
             except OSError as e:
                 report(f"{input_id}: {e.strerror or e}")
                 continue

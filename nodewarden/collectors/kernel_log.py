@@ -30,6 +30,7 @@ from nodewarden.parsing.stream import KernelLogParser, join_record
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20  # bytes read at a time: small enough that the scan reads it from cache
+COMPRESSED_READ = 8 << 10  # bytes decompressed per read: what a truncated archive can lose
 MAX_CARRY = 64 << 20  # a "record" longer than this is cut (a file of indented lines only)
 
 # Base names of kernel/system logs: a file so named tells nothing about its host.
@@ -38,7 +39,17 @@ _ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<num>\d{1,4}|\d{8}))?(?P<comp>\.
 
 
 class InputError(Exception):
-    """An input could not be read (message names it); other inputs go on."""
+    """An input could not be read (message names it); other inputs go on.
+
+    ``events`` holds what was read before the error (a truncated .gz keeps its readable part);
+    ``parser`` the parser's counts for it.
+    """
+
+    def __init__(self, message: str, events: list[FaultEvent] | None = None,
+                 parser: KernelLogParser | None = None) -> None:
+        super().__init__(message)
+        self.events = events or []
+        self.parser = parser
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +132,7 @@ def open_log(path: Path) -> IO[bytes]:
     return f
 
 
-def iter_regions(stream: IO[bytes], chunk: int = CHUNK) -> Iterator[tuple[bytearray, int]]:
+def iter_regions(stream: IO[bytes], chunk: int = CHUNK, max_read: int | None = None) -> Iterator[tuple[bytearray, int]]:
     """(buf, hi) pairs: ``buf[:hi]`` holds whole records. ``buf`` is reused between pairs (read
     it before asking for the next). The last record head of each chunk is carried over to the
     next chunk, since continuation lines may follow it there."""
@@ -130,12 +141,20 @@ def iter_regions(stream: IO[bytes], chunk: int = CHUNK) -> Iterator[tuple[bytear
     while True:
         view = memoryview(buf)
         eof = False
-        while filled < len(buf):
-            n = stream.readinto(view[filled:])  # type: ignore[attr-defined]
-            if not n:
-                eof = True
-                break
-            filled += n
+        try:
+            while filled < len(buf):
+                end = len(buf) if max_read is None else min(len(buf), filled + max_read)
+                n = stream.readinto(view[filled:end])  # type: ignore[attr-defined]
+                if not n:
+                    eof = True
+                    break
+                filled += n
+        except (OSError, EOFError, lzma.LZMAError):
+            # A truncated or corrupt compressed file: hand over what was read, then fail.
+            view.release()
+            if filled:
+                yield buf, filled
+            raise
         view.release()
         if eof:
             if filled:
@@ -156,7 +175,7 @@ def iter_regions(stream: IO[bytes], chunk: int = CHUNK) -> Iterator[tuple[bytear
 
 
 def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext,
-                       base_offset: int = 0, flush: bool = True) -> Iterator[FaultEvent]:
+                       base_offset: int = 0, flush: bool = True, max_read: int | None = None) -> Iterator[FaultEvent]:
     """Events from a binary stream of log text, scanning for candidate records first.
 
     Invalid UTF-8 is replaced (never fatal); the parser's stats count records and unparsed lines.
@@ -164,7 +183,7 @@ def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeCont
     Raises OSError/EOFError from the stream (truncated gzip, I/O error) to the caller.
     """
     pos = base_offset
-    for buf, hi in iter_regions(stream):
+    for buf, hi in iter_regions(stream, max_read=max_read):
         recs = []
         for start, end in candidate_records(buf, hi=hi):
             lines = buf[start:end].decode("utf-8", "replace").split("\n")
@@ -298,11 +317,17 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
                 raise InputError(f"{f.path}: cannot read: {e}") from e
     ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
     parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
+    events: list[FaultEvent] = []
     try:
         with stream:
-            return list(events_from_stream(stream, parser, ctx)), parser
+            # Compressed input is read in small steps: a truncated file then loses at most one step.
+            small = None if isinstance(stream, io.BufferedReader) else COMPRESSED_READ
+            events.extend(events_from_stream(stream, parser, ctx, max_read=small))
+        return events, parser
     except (OSError, EOFError, lzma.LZMAError) as e:
-        raise InputError(f"{f.path}: cannot read: {e}") from e
+        events.extend(parser.flush())
+        raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {e}",
+                         events, parser) from e
 
 
 # ---------------------------------------------------------------------------------------------

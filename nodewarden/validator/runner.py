@@ -31,9 +31,16 @@ def run_check(name: str, ctx: RunContext) -> CheckResult:
     t0 = time.monotonic()
     try:
         mod = checks.get(name)
-        reason = ctx.missing(tuple(getattr(mod, "NEEDS", ())))
+        needs = tuple(getattr(mod, "NEEDS", ()))
+        reason = ctx.missing(needs)
+        blind = gpus_without_cuda(ctx) if "torch" in needs else None
         if reason is not None:
             result = CheckResult(name, SKIP, reason=reason)
+        elif blind is not None:
+            # A GPU node whose GPUs PyTorch cannot use must not pass on the CPU fallback.
+            result = CheckResult(name, FAIL, reason=blind,
+                                 action="check the NVIDIA driver (nvidia-smi) and that PyTorch is a CUDA build; "
+                                        "--device cpu runs the checks on host memory on purpose")
         else:
             result = mod.run(ctx, params_for(name, ctx))
     except Exception as e:  # a check's bug or an unexpected environment: reported, not fatal
@@ -42,6 +49,18 @@ def run_check(name: str, ctx: RunContext) -> CheckResult:
                              details={"traceback": traceback.format_exc(limit=8)})
     result.duration_s = round(time.monotonic() - t0, 3)
     return result
+
+
+def gpus_without_cuda(ctx: RunContext) -> str | None:
+    """With ``--device auto``: a reason to fail when NVIDIA GPUs sit on the PCI bus (sysfs) but
+    PyTorch sees no CUDA device (driver down, GPUs fallen off, a CPU-only torch); else None."""
+    if ctx.device != "auto" or ctx.torch_device() == "cuda":
+        return None
+    from nodewarden.validator.checks.links import read_pci_links
+    gpus = [d for d in read_pci_links(ctx.sysfs) or () if d["kind"] == "gpu"]
+    if not gpus:
+        return None
+    return f"{len(gpus)} NVIDIA GPU(s) on the PCI bus but no CUDA device visible to PyTorch"
 
 
 def run_suite(names: Iterable[str], ctx: RunContext) -> list[CheckResult]:

@@ -189,3 +189,29 @@ def test_validate_never_imports_heavy_modules_for_usage_errors() -> None:
             "print('torch' in sys.modules, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "False False"
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+
+
+def test_misspelt_parameters_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A misspelt threshold would never apply: usage error naming it, not a silent pass."""
+    assert main(["validate", "--checks", "links", "--set", "links.ib_min_ports_typo=3", "--no-progress"]) == 2
+    assert "unknown parameter 'ib_min_ports_typo' of check links" in capsys.readouterr().err
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[checks.links]\nib_ports_minimum = 8\n")
+    assert main(["validate", "--checks", "links", "--config", str(cfg), "--no-progress"]) == 2
+    assert "checks.links.ib_ports_minimum: unknown parameter" in capsys.readouterr().err
+
+
+def test_gpus_on_the_bus_without_cuda_fail_instead_of_passing_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """--device auto on a node whose GPUs PyTorch cannot see (driver down, CPU-only torch) must
+    not pass the GPU checks on the CPU fallback; --device cpu still runs them on purpose."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    sysfs = FIXTURES / "h100-hgx-ndr"
+    small = ["--set", "gpu_memory.cpu_buffer_bytes=1048576", "--profile", "generic", "--no-progress"]
+    assert main(["validate", "--checks", "gpu_memory", "--sysfs", str(sysfs), *small]) == exitcodes.UNHEALTHY
+    assert "8 NVIDIA GPU(s) on the PCI bus but no CUDA device visible to PyTorch" in capsys.readouterr().out
+    assert main(["validate", "--checks", "gpu_memory", "--sysfs", str(sysfs), "--device", "cpu", *small]) == 0

@@ -84,6 +84,8 @@ def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[st
                 raise ProfileError(f"{path}: checks.{check}: unknown check; known: {', '.join(NAMES)}")
             if not isinstance(table, dict):
                 raise ProfileError(f"{path}: checks.{check}: expected a table")
+            for key in table:
+                _known_key(check, key, f"{path}: checks.{check}.{key}")
             merged.setdefault(check, {}).update(table)
     for item in sets or []:
         key, sep, raw = item.partition("=")
@@ -96,5 +98,25 @@ def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[st
             value: Any = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw  # a bare string such as a path
+        _known_key(check, param, f"--set {item!r}")
         merged.setdefault(check, {})[param] = value
     return merged
+
+
+def known_keys(check: str) -> set[str]:
+    """Parameters check ``check`` understands: its DEFAULTS and QUICK keys and every key a
+    shipped profile sets for it."""
+    from nodewarden.validator.checks import get
+
+    mod = get(check)
+    keys = set(getattr(mod, "DEFAULTS", {})) | set(getattr(mod, "QUICK", {}))
+    for n in names():
+        keys |= set(load(n).get(check, {}) or {})
+    return keys
+
+
+def _known_key(check: str, key: str, where: str) -> None:
+    """A misspelt threshold would silently never apply: refuse it, naming it."""
+    keys = known_keys(check)
+    if key not in keys:
+        raise ProfileError(f"{where}: unknown parameter {key!r} of check {check}; known: {', '.join(sorted(keys))}")
