@@ -61,10 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--stats", action="store_true", help="print input/parse counts to stderr at the end")
     ev.set_defaults(func=cmd_events)
 
-    an = sub.add_parser("analyze", help="failure statistics (Fire-Flyer Table VI) from a fleet's logs")
+    an = sub.add_parser("analyze", help="failure statistics (Fire-Flyer Tables V-VIII, figures) from a fleet's logs")
     add_input_options(an)
-    an.add_argument("--out", metavar="DIR", help="write the tables as Markdown and CSV into DIR")
+    an.add_argument("--out", metavar="DIR",
+                    help="write the tables (Markdown, CSV), figures (PNG), report.md and report.html into DIR")
     an.add_argument("--hosts", help="comma-separated hosts to include")
+    an.add_argument("--paper-tables", metavar="DIR",
+                    help="directory of the paper's tables as CSV (table6_xid_counts.csv, ...) to compare with")
+    an.add_argument("--nodes", type=int, metavar="N",
+                    help="fleet size for the fleet MTBF (default: the hosts seen in the data)")
+    an.add_argument("--window", type=float, default=60.0, metavar="SECONDS",
+                    help="window of faults that come together on one host (default 60)")
     an.set_defaults(func=cmd_analyze)
 
     xi = sub.add_parser("xid", help="explain an Xid code")
@@ -72,6 +79,19 @@ def build_parser() -> argparse.ArgumentParser:
     xi.add_argument("--json", action="store_true", help="print as JSON")
     xi.add_argument("--policy", metavar="FILE", help="operator policy TOML overriding the shipped one")
     xi.set_defaults(func=cmd_xid)
+
+    si = sub.add_parser("simulate", help="write a synthetic fleet's kernel logs and their ground truth",
+                        description="Per-node rotated kernel logs under DIR/<host>/ and DIR/ground_truth.csv; "
+                                    "fault rates from a TOML file (default: the Fire-Flyer 2 tables).")
+    si.add_argument("--nodes", type=int, help="number of nodes (default: the rates file's, 1250)")
+    si.add_argument("--days", type=int, help="days to simulate from --start (default: the rates file's span)")
+    si.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
+    si.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same files")
+    si.add_argument("--rates", metavar="FILE", help="rates TOML (default: nodewarden/analysis/fleet_default.toml)")
+    si.add_argument("--start", type=lambda t: dt.date.fromisoformat(t), metavar="YYYY-MM-DD",
+                    help="first day (default: the rates file's start, 2023-04-19)")
+    si.add_argument("--noise", type=float, metavar="LINES", help="ordinary kernel lines per node per day (mean)")
+    si.set_defaults(func=cmd_simulate)
 
     ag = sub.add_parser("agent", help="follow the kernel log, poll NVML and sysfs, serve /metrics (systemd service)",
                         description="Flags override the configuration file (see deploy/config/nodewarden-agent.toml).")
@@ -150,7 +170,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return exitcodes.USAGE
     hosts = frozenset(h.strip() for h in args.hosts.split(",")) if args.hosts else None
     events, stats = _ingest(args, hosts)
-    return report.run(events, stats, out_dir=args.out)
+    return report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
+                      paper_dir=args.paper_tables, nodes=args.nodes, window=args.window)
 
 
 def cmd_xid(args: argparse.Namespace) -> int:
@@ -170,6 +191,18 @@ def cmd_xid(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from nodewarden.validator import main as validator_main
     return validator_main.run(args)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from nodewarden.analysis import simulate
+    try:
+        summary = simulate.simulate(args.out, nodes=args.nodes, days=args.days, seed=args.seed, rates=args.rates,
+                                    start=args.start, noise_per_node_day=args.noise)
+    except (OSError, ValueError) as e:
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    print(json.dumps(summary))
+    return exitcodes.OK
 
 
 def cmd_agent(args: argparse.Namespace) -> int:

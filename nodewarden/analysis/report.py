@@ -1,41 +1,232 @@
-"""``nodewarden analyze``: print the tables and write them as Markdown and CSV."""
+"""``nodewarden analyze``: print the tables, write them as Markdown and CSV, draw the figures,
+and write ``report.md`` and a self-contained ``report.html``.
+
+Files written into the output directory (each table as ``NAME.md`` and ``NAME.csv``):
+``table5_xid_groups``, ``table6_xid_counts``, ``table7_memory_network_monthly``,
+``table8_ib_flash_cuts_daily``, ``repeat_offenders_nodes``, ``repeat_offenders_gpus``,
+``repeat_offenders_ib_ports``, ``mtbf_fleet``, ``mtbf_per_node``, ``co_occurrence``,
+``events_by_kind``, ``ib_flash_cuts`` (every cut), ``discrepancies``; with ``--paper-tables``
+also ``paper_diff_table6``/``7``/``8`` (cells that differ from the paper's printed tables); the
+PNG figures of :mod:`nodewarden.analysis.figures`; ``report.md``; ``report.html``.
+"""
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import html
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, TextIO
 
+import pandas as pd
+
 from nodewarden import exitcodes
+from nodewarden.analysis import stats as fstats
 from nodewarden.analysis import tables
 from nodewarden.analysis.ingest import IngestStats
 from nodewarden.events import FaultEvent
 
 
-def run(events: Iterable[FaultEvent], stats: IngestStats, out_dir: str | None = None,
-        stream: TextIO | None = None) -> int:
-    """Build the tables from ``events``, print them to ``stream`` (stdout), write Markdown and CSV
-    into ``out_dir`` when given. Returns 3 when an input could not be read, else 0."""
-    stream = stream or sys.stdout
-    df = tables.events_frame(events)
+@dataclass
+class Table:
+    name: str           # file stem
+    title: str
+    data: pd.DataFrame  # as written to CSV
+    shown: pd.DataFrame  # as printed / written to Markdown and HTML
+    printed: bool = True
+    note: str = ""
+
+
+def _fmt_floats(t: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
+    out = t.copy()
+    for c in out.columns:
+        if pd.api.types.is_float_dtype(out[c]):
+            out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.{digits}f}")
+    return out
+
+
+def _markdown(t: pd.DataFrame) -> str:
+    return t.to_markdown(index=False) if len(t) else "(none)"
+
+
+def journal_log_discrepancies(df: pd.DataFrame, cuts: pd.DataFrame) -> list[dict]:
+    """Months where the flash cuts derived from kernel-log down/up pairs and the agent journals'
+    ``ib_flash_cut`` events (before merging) both have data and disagree."""
+    log = cuts[cuts["source"] == tables.LOG]
+    jr = df[(df["kind"] == "ib_flash_cut") & df["time"].notna()]
+    a = log.groupby(log["time"].dt.strftime("%Y-%m")).size() if len(log) else pd.Series(dtype=int)
+    b = jr.groupby(jr["time"].dt.strftime("%Y-%m")).size() if len(jr) else pd.Series(dtype=int)
+    out = []
+    for m in sorted(set(a.index) & set(b.index)):
+        if int(a[m]) != int(b[m]):
+            out.append({"month": m, "table7": int(a[m]), "table8_sum": int(b[m]),
+                        "message": f"{m}: kernel logs give {int(a[m])} IB flash cuts, agent journals record "
+                                   f"{int(b[m])} (counted once where they match within 1 s)"})
+    return out
+
+
+def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime | None = None,
+          paper_dir: str | Path | None = None, nodes: int | None = None, window: float = 60.0,
+          top: int = 10) -> tuple[list[Table], list[str]]:
+    """All tables of the report and the discrepancy messages."""
+    cuts = tables.flash_cuts(df)
+    t5 = tables.table5_xid_groups(df)
     t6 = tables.table6_xid_counts(df)
+    t7 = tables.table7_memory_network_monthly(df, cuts)
+    t8 = tables.table8_ib_flash_cuts_daily(cuts)
+    rep = fstats.repeat_offenders(df, cuts, top=top)
+    fleet = fstats.mtbf(df, cuts, since=since, until=until, nodes=nodes)
+    per_node = fstats.mtbf_per_node(df, cuts, since=since, until=until)
+    co = fstats.co_occurrence(df, cuts, window=window)
     kinds = tables.kind_counts(df)
-    shown = tables.format_percent(t6)
-    print("Table VI - Xid errors by group", file=stream)
-    print(shown.to_string(index=False), file=stream)
+
+    t5_shown = t5.copy()
+    t5_shown["percentage"] = t5_shown["percentage"].map(lambda v: f"{v:.2f}%")
+    out = [
+        Table("table5_xid_groups", "Table V - Xid groups, counts and remedies", t5, t5_shown),
+        Table("table6_xid_counts", "Table VI - Xid errors by group", t6, tables.format_percent(t6)),
+        Table("table7_memory_network_monthly",
+              "Table VII - monthly CPU memory ECC errors, IB flash cuts and GPU memory-related Xids", t7, t7),
+        Table("table8_ib_flash_cuts_daily", "Table VIII - IB flash cuts per day", t8, t8),
+        Table("repeat_offenders_nodes", "Repeat offenders - nodes by hardware faults", rep["nodes"],
+              _fmt_floats(rep["nodes"])),
+        Table("repeat_offenders_gpus", "Repeat offenders - GPUs by hardware Xids", rep["gpus"],
+              _fmt_floats(rep["gpus"])),
+        Table("repeat_offenders_ib_ports", "Repeat offenders - IB ports by flash cuts", rep["ib_ports"],
+              _fmt_floats(rep["ib_ports"])),
+        Table("mtbf_fleet", "MTBF per category (fleet)", fleet, _fmt_floats(fleet),
+              note="MTBF = observation window x nodes / failures (hours); window = first..last event, or "
+                   "--since/--until; nodes = hosts seen in the data unless --nodes is given."),
+        Table("mtbf_per_node", "MTBF per node (hardware faults)", per_node, _fmt_floats(per_node), printed=False,
+              note="Per node MTBF = observation window / the node's hardware faults (hours)."),
+        Table("co_occurrence", f"Faults that come together (same host, within {window:g} s)", co, co,
+              note=f"Each fault counts every other fault label seen on its host within {window:g} s after it, "
+                   "once per label."),
+        Table("events_by_kind", "Events by kind", kinds, kinds),
+        Table("ib_flash_cuts", "IB flash cuts (every cut)", cuts, _fmt_floats(cuts, 3), printed=False),
+    ]
+    disc = tables.flash_cut_discrepancies(t7, t8) + journal_log_discrepancies(df, cuts)
+    if paper_dir is not None:
+        for name, ours in (("table6", t6), ("table7", t7), ("table8", t8)):
+            diff = tables.compare_with_paper(ours, name, paper_dir)
+            if diff is None:
+                disc.append({"message": f"paper {name}: reference CSV not found in {paper_dir}"})
+                continue
+            out.append(Table(f"paper_diff_{name}", f"Cells that differ from the paper's {name}", diff, diff,
+                             printed=False))
+            if len(diff):
+                disc.append({"message": f"{name}: {len(diff)} cells differ from the paper's printed table "
+                                        f"(paper_diff_{name}.csv)"})
+        p7, p8 = tables.read_paper_table("table7", paper_dir), tables.read_paper_table("table8", paper_dir)
+        if p7 is not None and p8 is not None:
+            p7 = p7.astype({c: int for c in tables.TABLE7_COLUMNS[1:]})
+            p8 = p8.astype({"failure_count": int})
+            disc += tables.flash_cut_discrepancies(p7, p8, "the paper's Table VII", "the paper's Table VIII")
+    messages = [d["message"] for d in disc]
+    out.append(Table("discrepancies", "Discrepancies", pd.DataFrame({"discrepancy": messages}),
+                     pd.DataFrame({"discrepancy": messages}), printed=False))
+    return out, messages
+
+
+def _summary(stats: IngestStats, df: pd.DataFrame) -> list[str]:
+    t = df["time"].dropna()
+    span = f"{t.min().isoformat()} .. {t.max().isoformat()}" if len(t) else "none"
+    return [f"inputs read: {stats.files}", f"events: {stats.events}", f"unparsed fault-like lines: {stats.unparsed}",
+            f"copies counted once: {stats.copies_dropped}", f"unreadable inputs: {len(stats.errors)}",
+            f"hosts: {df['host'].dropna().nunique()}", f"events without a time: {int(df['time'].isna().sum())}",
+            f"time span: {span}"]
+
+
+def run(events: Iterable[FaultEvent] | pd.DataFrame, stats: IngestStats, out_dir: str | None = None,
+        stream: TextIO | None = None, since: dt.datetime | None = None, until: dt.datetime | None = None,
+        paper_dir: str | Path | None = None, nodes: int | None = None, window: float = 60.0) -> int:
+    """Build the tables from ``events``, print them to ``stream`` (stdout), write tables, figures
+    and reports into ``out_dir`` when given. ``events`` may also be an event frame already
+    (:func:`tables.events_frame`). Returns 3 when an input could not be read, else 0."""
+    stream = stream or sys.stdout
+    df = events if isinstance(events, pd.DataFrame) else tables.events_frame(events)
+    report_tables, messages = build(df, since=since, until=until, paper_dir=paper_dir, nodes=nodes, window=window)
+    for t in report_tables:
+        if not t.printed:
+            continue
+        shown = t.shown.drop(columns=["remedy"]) if t.name == "table5_xid_groups" else t.shown
+        print(t.title, file=stream)
+        print(shown.to_string(index=False) if len(shown) else "(none)", file=stream)
+        print("", file=stream)
+    print("Discrepancies", file=stream)
+    print("\n".join(f"- {m}" for m in messages) if messages else "(none)", file=stream)
     print("", file=stream)
-    print("Events by kind", file=stream)
-    print(kinds.to_string(index=False) if len(kinds) else "(none)", file=stream)
-    print("", file=stream)
-    print(f"inputs read: {stats.files}; events: {stats.events}; unparsed fault-like lines: {stats.unparsed}; "
-          f"copies counted once: {stats.copies_dropped}; unreadable inputs: {len(stats.errors)}", file=stream)
+    summary = _summary(stats, df)
+    print("; ".join(summary[:5]), file=stream)
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        t6.to_csv(out / "table6_xid_counts.csv", index=False)
-        kinds.to_csv(out / "events_by_kind.csv", index=False)
-        (out / "table6_xid_counts.md").write_text(
-            "# Table VI: Xid errors by group\n\n" + shown.to_markdown(index=False) + "\n")
-        print(f"wrote {out / 'table6_xid_counts.md'}, {out / 'table6_xid_counts.csv'}, "
-              f"{out / 'events_by_kind.csv'}", file=stream)
+        for t in report_tables:
+            t.data.to_csv(out / f"{t.name}.csv", index=False)
+            (out / f"{t.name}.md").write_text(f"# {t.title.replace(' - ', ': ', 1)}\n\n{_markdown(t.shown)}\n"
+                                              + (f"\n{t.note}\n" if t.note else ""))
+        from nodewarden.analysis import figures
+        t7 = next(t.data for t in report_tables if t.name == "table7_memory_network_monthly")
+        t8 = next(t.data for t in report_tables if t.name == "table8_ib_flash_cuts_daily")
+        pngs = figures.write_figures(df, t7, t8, out)
+        _write_markdown(out / "report.md", report_tables, messages, summary, pngs)
+        _write_html(out / "report.html", report_tables, messages, summary, pngs)
+        print(f"wrote {len(report_tables)} tables (.md, .csv), {len(pngs)} figures, "
+              f"{out / 'report.md'} and {out / 'report.html'} in {out}", file=stream)
     return exitcodes.INCOMPLETE if stats.errors else exitcodes.OK
+
+
+FIGURE_TITLES = {
+    "figure10_memory_network_monthly.png": "Figure 10 - monthly memory and network failures (GPU vs CPU)",
+    "figure11_ib_flash_cuts_daily.png": "Figure 11 - IB flash cuts per day",
+    "xids_over_time.png": "Xid events over time by group",
+}
+
+
+def _write_markdown(path: Path, report_tables: list[Table], messages: list[str], summary: list[str],
+                    pngs: list[Path]) -> None:
+    parts = ["# Failure statistics", "", "## Data", "", *[f"- {s}" for s in summary], "",
+             "## Discrepancies", "", *([f"- {m}" for m in messages] or ["(none)"]), "", "## Figures", ""]
+    parts += [f"![{FIGURE_TITLES.get(p.name, p.name)}]({p.name})" for p in pngs]
+    for t in report_tables:
+        if t.name in ("discrepancies",):
+            continue
+        parts += ["", f"## {t.title}", "", f"Files: [{t.name}.csv]({t.name}.csv), [{t.name}.md]({t.name}.md)", ""]
+        if t.name == "ib_flash_cuts":
+            parts += [f"{len(t.data)} cuts (see the CSV)."]
+            continue
+        parts += [_markdown(t.shown)]
+        if t.note:
+            parts += ["", t.note]
+    path.write_text("\n".join(parts) + "\n")
+
+
+CSS = ("body{font-family:sans-serif;margin:2em;max-width:1100px}table{border-collapse:collapse;margin:1em 0}"
+       "th,td{border:1px solid #bbb;padding:2px 8px;text-align:left;font-size:90%}th{background:#eee}"
+       "img{max-width:100%}")
+
+
+def _write_html(path: Path, report_tables: list[Table], messages: list[str], summary: list[str],
+                pngs: list[Path]) -> None:
+    e = html.escape
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset=\"utf-8\"><title>Failure statistics</title>",
+             f"<style>{CSS}</style></head><body>", "<h1>Failure statistics</h1>", "<h2>Data</h2><ul>",
+             *[f"<li>{e(s)}</li>" for s in summary], "</ul>", "<h2>Discrepancies</h2>"]
+    parts += ["<ul>" + "".join(f"<li>{e(m)}</li>" for m in messages) + "</ul>"] if messages else ["<p>(none)</p>"]
+    parts += ["<h2>Figures</h2>"]
+    for p in pngs:
+        data = base64.b64encode(p.read_bytes()).decode("ascii")
+        title = e(FIGURE_TITLES.get(p.name, p.name))
+        parts += [f"<figure><img alt=\"{title}\" src=\"data:image/png;base64,{data}\"><figcaption>{title}"
+                  "</figcaption></figure>"]
+    for t in report_tables:
+        if t.name in ("discrepancies", "ib_flash_cuts"):
+            continue
+        parts += [f"<h2>{e(t.title)}</h2>",
+                  t.shown.to_html(index=False, border=0, na_rep="") if len(t.shown) else "<p>(none)</p>"]
+        if t.note:
+            parts += [f"<p>{e(t.note)}</p>"]
+    parts += ["</body></html>"]
+    path.write_text("\n".join(parts) + "\n")

@@ -1,0 +1,176 @@
+"""Failure statistics beyond the paper's tables: repeat offenders, MTBF, faults that come together.
+
+Pure functions over the event frame of :func:`nodewarden.analysis.tables.events_frame` (and the
+flash-cut frame of :func:`nodewarden.analysis.tables.flash_cuts`).
+
+Definitions
+-----------
+Hardware fault
+    an Xid event whose code the catalog policy marks as hardware (``Policy.is_hardware``), a
+    ``cpu_ecc`` or ``mce`` event, or an IB flash cut. Each event counts once (a cpu_ecc line
+    reporting ``3 CE`` is one fault here; Table VII sums the counts instead).
+MTBF
+    mean time between failures of one category. Observation window W = ``until - since`` when
+    both are given, else first..last time of any event in the frame, link up/down lines included
+    (each bound replaced by ``since``/``until`` when given). Fleet MTBF = W x N / F, with N the nodes (the hosts seen in
+    the frame, or ``nodes`` when the fleet size is known: healthy nodes that log nothing are
+    otherwise not counted) and F the failures of the category in the window; per node
+    MTBF = W / F_node. Reported in hours; empty (NaN) when F is 0.
+Co-occurrence
+    for each fault (the anchor) on a host, every *other* fault label seen on the same host within
+    ``window`` seconds after it (ties in time count in the frame's order). Labels: ``Xid N`` for
+    Xids, the event kind otherwise (``cpu_ecc``, ``mce``, ``ib_flash_cut``, ``gpu_lost``, ...).
+    A pair (first, then) counts once per anchor, however often ``then`` recurs in its window, so
+    a chain Xid 48 -> 63 -> 94 within the window gives 48->63, 48->94 and 63->94 once each.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pandas as pd
+
+from nodewarden import catalog
+from nodewarden import events as ev
+from nodewarden.analysis import tables
+
+# Kinds that are state changes or bookkeeping rather than faults.
+NOT_FAULTS = frozenset({ev.IB_LINK_UP, ev.NET_LINK_UP, ev.IB_PORT_STATE, ev.UNPARSED, ev.IB_LINK_DOWN,
+                        ev.IB_FLASH_CUT})
+HARDWARE_KINDS = frozenset({ev.CPU_ECC, ev.MCE, ev.IB_FLASH_CUT})
+
+
+def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The frame's faults with IB link down/up pairs replaced by the flash cuts they make (and
+    journal cuts counted once); adds ``label`` (``Xid 79``, ``cpu_ecc``, ...)."""
+    if cuts is None:
+        cuts = tables.flash_cuts(df)
+    f = df[~df["kind"].isin(NOT_FAULTS)].copy()
+    if len(cuts):
+        c = pd.DataFrame({"time": cuts["time"], "host": cuts["host"], "kind": ev.IB_FLASH_CUT,
+                          "device": cuts["device"], "source": cuts["source"]})
+        f = pd.concat([f, c.reindex(columns=f.columns)], ignore_index=True)
+        f["time"] = pd.to_datetime(f["time"], utc=True)
+        f["xid"] = f["xid"].astype("Int64")
+    f["label"] = [f"Xid {int(x)}" if k == ev.XID and not pd.isna(x) else k for k, x in zip(f["kind"], f["xid"])]
+    return f.sort_values("time", kind="stable").reset_index(drop=True)
+
+
+def category_of(kind: str, xid) -> str:
+    """The MTBF category: the Xid's Table V group for Xids, the kind otherwise."""
+    if kind == ev.XID and not pd.isna(xid):
+        return catalog.group_of(int(xid))
+    return kind
+
+
+def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.Series:
+    pol = policy or catalog.load_policy()
+    hw = {}
+
+    def is_hw(k: str, x) -> bool:
+        if k == ev.XID:
+            if pd.isna(x):
+                return False
+            x = int(x)
+            if x not in hw:
+                hw[x] = pol.is_hardware(x)
+            return hw[x]
+        return k in HARDWARE_KINDS
+
+    return pd.Series([is_hw(k, x) for k, x in zip(f["kind"], f["xid"])], index=f.index, dtype=bool)
+
+
+def repeat_offenders(df: pd.DataFrame, cuts: pd.DataFrame | None = None, top: int = 10,
+                     policy: catalog.Policy | None = None) -> dict[str, pd.DataFrame]:
+    """Top nodes, GPUs and IB ports by hardware-fault count.
+
+    Returns ``{"nodes": ..., "gpus": ..., "ib_ports": ...}``; columns ``host`` (and ``pci_bus_id``
+    for GPUs, ``device`` for IB ports), ``faults``, ``share`` (percent of all hardware faults in
+    the frame), ``cumulative_share``. GPU faults are hardware Xids with a PCI bus id; port faults
+    are flash cuts. Ties broken by name."""
+    f = fault_frame(df, cuts)
+    hw = f[hardware_mask(f, policy)]
+    total = len(hw)
+
+    def rank(g: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+        g = g.dropna(subset=keys)
+        c = g.groupby(keys).size().reset_index(name="faults")
+        c = c.sort_values(["faults", *keys], ascending=[False] + [True] * len(keys)).head(top).reset_index(drop=True)
+        c["faults"] = c["faults"].astype(int)
+        c["share"] = 100.0 * c["faults"] / total if total else 0.0
+        c["cumulative_share"] = c["share"].cumsum()
+        return c[[*keys, "faults", "share", "cumulative_share"]]
+
+    return {"nodes": rank(hw, ["host"]),
+            "gpus": rank(hw[hw["kind"] == ev.XID], ["host", "pci_bus_id"]),
+            "ib_ports": rank(hw[hw["kind"] == ev.IB_FLASH_CUT], ["host", "device"])}
+
+
+def observation_window(df: pd.DataFrame, since: dt.datetime | None = None,
+                       until: dt.datetime | None = None) -> tuple[pd.Timestamp | None, pd.Timestamp | None]:
+    t = df["time"].dropna()
+    lo = pd.Timestamp(since) if since is not None else (t.min() if len(t) else None)
+    hi = pd.Timestamp(until) if until is not None else (t.max() if len(t) else None)
+    return lo, hi
+
+
+def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime | None = None,
+         until: dt.datetime | None = None, nodes: int | None = None,
+         policy: catalog.Policy | None = None) -> pd.DataFrame:
+    """Fleet MTBF per category (module docstring). Columns: ``category`` (Xid groups, then other
+    kinds, then ``hardware`` = all hardware faults), ``failures``, ``window_hours``, ``nodes``,
+    ``mtbf_hours``. Events without a time are not counted."""
+    f = fault_frame(df, cuts)
+    f = f[f["time"].notna()]
+    lo, hi = observation_window(df, since, until)
+    hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
+    n = nodes if nodes is not None else int(df["host"].dropna().nunique())
+    cats = pd.Series([category_of(k, x) for k, x in zip(f["kind"], f["xid"])], index=f.index, dtype=object)
+    counts = cats.value_counts()
+    order = [g for g in catalog.GROUPS if g in counts] + sorted(c for c in counts.index if c not in catalog.GROUPS)
+    rows = [(c, int(counts[c])) for c in order] + [("hardware", int(hardware_mask(f, policy).sum()))]
+    out = pd.DataFrame(rows, columns=["category", "failures"])
+    out["window_hours"] = hours
+    out["nodes"] = n
+    out["mtbf_hours"] = [hours * n / k if k else np.nan for k in out["failures"]]
+    return out
+
+
+def mtbf_per_node(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime | None = None,
+                  until: dt.datetime | None = None, policy: catalog.Policy | None = None) -> pd.DataFrame:
+    """Per node: ``host``, ``hardware_faults``, ``mtbf_hours`` (window / faults; NaN when none),
+    worst (shortest MTBF) first. Nodes seen only with non-hardware events are listed with 0."""
+    f = fault_frame(df, cuts)
+    f = f[f["time"].notna()]
+    lo, hi = observation_window(df, since, until)
+    hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
+    hw = f[hardware_mask(f, policy)]
+    c = hw.groupby("host").size()
+    hosts = sorted(df["host"].dropna().unique())
+    out = pd.DataFrame({"host": hosts, "hardware_faults": [int(c.get(h, 0)) for h in hosts]})
+    out["mtbf_hours"] = [hours / k if k else np.nan for k in out["hardware_faults"]]
+    return out.sort_values(["hardware_faults", "host"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def co_occurrence(df: pd.DataFrame, cuts: pd.DataFrame | None = None, window: float = 60.0) -> pd.DataFrame:
+    """Pairs of fault labels on one host within ``window`` seconds (module docstring). Columns:
+    ``first``, ``then``, ``count`` (anchors), ``hosts`` (distinct hosts), most frequent first."""
+    f = fault_frame(df, cuts)
+    f = f[f["time"].notna() & f["host"].notna()]
+    pairs: dict[tuple[str, str], list] = {}
+    w = np.int64(int(window * 1e9))
+    for host, g in f.groupby("host", sort=True):
+        t = g["time"].dt.tz_convert(None).astype("datetime64[ns]").astype("int64").to_numpy()
+        labels = g["label"].to_numpy()
+        ends = np.searchsorted(t, t + w, side="right")
+        for i in range(len(t)):
+            a = labels[i]
+            for b in set(labels[i + 1:ends[i]]):
+                if b != a:
+                    entry = pairs.setdefault((a, b), [0, set()])
+                    entry[0] += 1
+                    entry[1].add(host)
+    rows = [(a, b, n, len(h)) for (a, b), (n, h) in pairs.items()]
+    out = pd.DataFrame(rows, columns=["first", "then", "count", "hosts"])
+    return out.sort_values(["count", "first", "then"], ascending=[False, True, True]).reset_index(drop=True)
