@@ -1,0 +1,489 @@
+"""Synthetic fleet kernel logs with a known ground truth, for checking the analysis end to end.
+
+``simulate(out_dir, nodes, days, seed, rates, start)`` writes one directory per host holding
+rotated kernel logs (``kern.log``, ``kern.log.1``, ``kern.log.2.gz``, ...; the older files
+gzipped, every file's mtime set to its last line's time) and ``ground_truth.csv`` with one row
+per injected fault line group.
+
+Semantics, kept identical to the parser's:
+* one Xid line is one ``xid`` event. Xid 13 faults print a burst of 1-3 lines as the driver does;
+  each line is one event and one ground-truth row (rows of a burst share ``fault_id``);
+* one EDAC CE line is one ``cpu_ecc`` event;
+* an IB flash cut is one row (kind ``ib_flash_cut``) and two lines: ``Link DOWN`` then
+  ``Link ACTIVE`` on the same port 1-30 s later (one ``ib_link_down`` + one ``ib_link_up`` event).
+
+All formats carry wall-clock times (RFC 3164 syslog with the ``[mono]`` stamp, RFC 3339 syslog,
+``journalctl -k -o short-iso``, ``dmesg -T``), all in UTC, so every event is dated without
+``--boot-time``. Fault groups on one host are at least a minute apart and never within minutes of
+a rotation point, so no record is mistaken for a copy of another across files.
+
+The rates come from a TOML file (``fleet_default.toml``: the Fire-Flyer 2 paper's Tables VI, VII
+and VIII; see its comments). The schedule is drawn over the file's whole span and then cut to the
+requested window, so a window returns exactly the part of the tables that falls inside it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import datetime as dt
+import gzip
+import os
+import random
+import tomllib
+from pathlib import Path
+from typing import Any
+
+DEFAULT_RATES = Path(__file__).with_name("fleet_default.toml")
+UTC = dt.timezone.utc
+US = 1_000_000
+DAY_US = 86_400 * US
+
+TRUTH_FIELDS = ("time", "host", "kind", "xid", "device", "port", "down_time", "up_time",
+                "fault_id", "table_source", "line_format")
+
+GPU_BUSES = ("0e", "13", "48", "4d", "87", "8c", "b8", "bd")
+IB_BUSES = ("1a", "3c", "9a", "bc", "0c", "2c", "8c", "ac")
+MON = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+WDAY = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+BURST_XIDS = frozenset({13})
+BURST_SIZES = (1, 2, 2, 3, 3)
+ROTATE_AT_US = (6 * 3600 + 25 * 60) * US  # cron.daily's 06:25
+MIN_GAP_US = 60 * US
+ROTATE_GUARD_US = 300 * US
+
+XID_TEMPLATES: dict[int, tuple[str, ...]] = {
+    13: ("NVRM: Xid (PCI:0000:{b}:00): 13, pid='<unknown>', name=<unknown>, Graphics Exception: ESR 0x{r1:x}=0x{v1:x} 0x{r2:x}=0x{v2:x} 0x52e7a8=0xc81eb60 0x52e7ac=0x1174",),
+    31: ("NVRM: Xid (PCI:0000:{b}:00): 31, pid={p}, name=python, Ch 000000{ch:02x}, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_{g} faulted @ 0x7f{a:x}_{a2:08x}. Fault is of type FAULT_PDE ACCESS_TYPE_READ",
+         "NVRM: Xid (PCI:0000:{b}:00): 31, pid={p}, name=pt_main_thread, Ch 000000{ch:02x}, intr 10000000. MMU Fault: ENGINE CE3 HUBCLIENT_CE1 faulted @ 0x7f{a:x}_{a2:08x}. Fault is of type FAULT_PTE ACCESS_TYPE_VIRT_WRITE"),
+    43: ("NVRM: Xid (PCI:0000:{b}:00): 43, pid={p}, name=pt_main_thread, Ch 000000{ch:02x}",
+         "NVRM: Xid (PCI:0000:{b}:00): 43, pid={p}, name=python3, Ch 000000{ch:02x}"),
+    45: ("NVRM: Xid (PCI:0000:{b}:00): 45, pid={p}, name=pt_main_thread, Ch 000000{ch:02x}",),
+    74: ("NVRM: Xid (PCI:0000:{b}:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link {g}(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)",),
+    63: ("NVRM: Xid (PCI:0000:{b}:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row (0x0000000{a:x}{a2:03x}) marked for remapping, reset gpu to activate.",),
+    64: ("NVRM: Xid (PCI:0000:{b}:00): 64, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: Blacklisting failed.  Page should have been blacklisted on boot(0x00000000007{a2:05x}).",),
+    94: ("NVRM: Xid (PCI:0000:{b}:00): 94, pid={p}, Contained: SM (0x1). RST: No, D-RST: No",),
+    95: ("NVRM: Xid (PCI:0000:{b}:00): 95, pid={p}, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No",),
+    44: ("NVRM: Xid (PCI:0000:{b}:00): 44, pid='<unknown>', name=<unknown>, Ch 000000{ch:02x}, intr 00000000",),
+    48: ("NVRM: Xid (PCI:0000:{b}:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7f{a2:07x} partition 7, subpartition 1.",),
+    61: ("NVRM: Xid (PCI:0000:{b}:00): 61, pid='<unknown>', name=<unknown>, Internal micro-controller breakpoint/warning (0x0000)",),
+    62: ("NVRM: Xid (PCI:0000:{b}:00): 62, pid='<unknown>', name=<unknown>, Internal micro-controller halt",),
+    69: ("NVRM: Xid (PCI:0000:{b}:00): 69, pid={p}, name=python, Class Error: ChId 00{ch:02x}, Class 0000c6c0, Offset 00000000, Data 00000000, ErrorCode 000000a4",),
+    79: ("NVRM: Xid (PCI:0000:{b}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",),
+    119: ("NVRM: Xid (PCI:0000:{b}:00): 119, pid={p}, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU{g} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20801348 0x410).",),
+}
+GENERIC_XID = "NVRM: Xid (PCI:0000:{b}:00): {code}, pid='<unknown>', name=<unknown>, Ch 000000{ch:02x}"
+
+EDAC_CE = ("EDAC MC{mc}: 1 CE memory read error on CPU_SrcID#{s}_Ha#0_Chan#{c}_DIMM#{d} (channel:{c} slot:{d} "
+           "page:0x{page:x} offset:0x{off:x} grain:32 syndrome:0x0 -  area:DRAM err_code:0001:009{c} socket:{s} "
+           "ha:0 channel_mask:{mask} rank:{rank})")
+
+NOISE = (
+    "IPv6: ADDRCONF(NETDEV_CHANGE): ib{i}: link becomes ready",
+    "audit: type=1400 audit({t}.{ms:03d}:{n}): apparmor=\"DENIED\" operation=\"open\" profile=\"snap.lxd.activate\" name=\"/proc/{p}/mounts\" pid={p} comm=\"snap-exec\" requested_mask=\"r\" denied_mask=\"r\" fsuid=0 ouid=0",
+    "systemd-journald[{p2}]: Data hash table of /var/log/journal/system.journal has a fill level at 75.0 ({n} of {n2} items, 25165824 file size, 347 bytes per hash table item), suggesting rotation.",
+    "systemd-journald[{p2}]: /var/log/journal/system.journal: Journal header limits reached or header out-of-date, rotating.",
+    "nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context, skipping further processing",
+    "docker0: port {i}(veth{h:07x}) entered blocking state",
+    "docker0: port {i}(veth{h:07x}) entered disabled state",
+    "device veth{h:07x} entered promiscuous mode",
+    "docker0: port {i}(veth{h:07x}) entered forwarding state",
+    "eth0: renamed from veth{h:07x}",
+    "IPv6: ADDRCONF(NETDEV_CHANGE): veth{h:07x}: link becomes ready",
+    "overlayfs: upperdir is in-use as upperdir/workdir of another mount, accessing files from both mounts will result in undefined behavior.",
+    "nfs: server storage{i:02d} not responding, still trying",
+    "nfs: server storage{i:02d} OK",
+    "python[{p}]: segfault at 0 ip 00007f{h:08x} sp 00007ffd{h:08x} error 4 in libc.so.6[7f{h:08x}+195000]",
+    "Code: 48 8b 05 31 5d 10 00 48 8b 00 48 85 c0 74 0a ff e0 0f 1f 80 00 00 00 00 41 54",
+    "perf: interrupt took too long (2502 > 2500), lowering kernel.perf_event_max_sample_rate to 79750",
+    "TCP: request_sock_TCP: Possible SYN flooding on port 8080. Sending cookies.  Check SNMP counters.",
+    "nvidia-uvm: Loaded the UVM driver, major device number 508.",
+    "nvidia-modeset: Loading NVIDIA Kernel Mode Setting Driver for UNIX platforms  535.129.03  Thu Oct 19 18:42:12 UTC 2023",
+    "NVRM: Persistence mode is deprecated and will be removed in a future release. Please use nvidia-persistenced instead.",
+    "mlx5_core 0000:{ib}:00.0: mlx5_fw_tracer_handle_traces:739:(pid {p}): FWTracer: Events were lost",
+    "mlx5_core 0000:{ib}:00.0: poll_health:815:(pid 0): device's health compromised - reached miss count",
+    "mlx5_core 0000:{ib}:00.0: print_health_info:424:(pid 0): Health issue observed, firmware internal error, severity(3) ERROR:",
+    "infiniband mlx5_{i}: mlx5_ib_dealloc_ucontext:2127:(pid {p}): Free context",
+    "ib_srpt received unrecognized IB event 12",
+    "EXT4-fs (nvme0n1p2): mounted filesystem with ordered data mode. Quota mode: none.",
+    "EXT4-fs (md0): re-mounted. Opts: errors=remount-ro. Quota mode: none.",
+    "Process accounting resumed",
+    "loop{i}: detected capacity change from 0 to 8",
+    "cgroup: fork rejected by pids controller in /kubepods.slice/kubepods-burstable.slice",
+    "kauditd_printk_skb: {i} callbacks suppressed",
+    "hrtimer: interrupt took {n} ns",
+    "clocksource: timekeeping watchdog on CPU{i}: hpet wd-wd read-back delay of {n}ns",
+    "INFO: task python:{p} blocked for more than 120 seconds.",
+    "\"echo 0 > /proc/sys/kernel/hung_task_timeout_secs\" disables this message.",
+    "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=docker-{h:08x}.scope,mems_allowed=0-1,task=python,pid={p},uid=1000",
+    "Memory cgroup out of memory: Killed process {p} (python) total-vm:{n}kB, anon-rss:{n2}kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:{i}kB oom_score_adj:0",
+    "bond0: (slave eno1): link status definitely up, 25000 Mbps full duplex",
+    "igb 0000:05:00.0 eno2: igb: eno2 NIC Link is Up 1000 Mbps Full Duplex, Flow Control: RX/TX",
+    "sd 0:0:0:0: [sda] Synchronizing SCSI cache",
+    "xfs filesystem being remounted at /data supports timestamps until 2038 (0x7fffffff)",
+)
+
+BOOT = (
+    "Linux version 5.15.0-91-generic (buildd@lcy02-amd64-045) (gcc (Ubuntu 11.4.0-1ubuntu1~22.04) 11.4.0, GNU ld (GNU Binutils for Ubuntu) 2.38) #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 (Ubuntu 5.15.0-91.101-generic 5.15.131)",
+    "Command line: BOOT_IMAGE=/boot/vmlinuz-5.15.0-91-generic root=UUID=6c0d4e4b-3a7c-4b9e-9f0a-1c2d3e4f5a6b ro quiet splash iommu=pt pci=realloc=off",
+    "DMI: Supermicro SYS-4029GP-TRT/X11DPG-OT-CPU, BIOS 3.4 11/02/2021",
+    "smpboot: Allowing 128 CPUs, 0 hotplug CPUs",
+    "EDAC MC0: Giving out device to module skx_edac controller Skylake Socket#0 IMC#0: DEV 0000:3a:0a.0 (INTERRUPT)",
+    "nvidia: loading out-of-tree module taints kernel.",
+    "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03  Thu Oct 19 18:56:32 UTC 2023",
+    "mlx5_core 0000:{ib}:00.0: firmware version: 20.39.1002",
+    "mlx5_core 0000:{ib}:00.0: Port module event: module 0, Cable plugged",
+)
+
+
+def load_rates(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    with open(path or DEFAULT_RATES, "rb") as f:
+        return tomllib.load(f)
+
+
+def _date(text: str) -> dt.date:
+    return dt.date.fromisoformat(str(text))
+
+
+def _us(d: dt.date) -> int:
+    return int(dt.datetime(d.year, d.month, d.day, tzinfo=UTC).timestamp()) * US
+
+
+def _month_range(month: str) -> tuple[int, int]:
+    y, m = map(int, month.split("-"))
+    a = dt.date(y, m, 1)
+    b = dt.date(y + (m == 12), m % 12 + 1, 1)
+    return _us(a), _us(b)
+
+
+def _iso(t_us: int) -> str:
+    return dt.datetime.fromtimestamp(t_us // US, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{t_us % US:06d}Z"
+
+
+class _Fault:
+    __slots__ = ("t", "kind", "xid", "source", "host", "lines", "rows", "burst")
+
+    def __init__(self, t: int, kind: str, xid: int | None, source: str, burst: int = 1) -> None:
+        self.t, self.kind, self.xid, self.source, self.burst = t, kind, xid, source, burst
+        self.host = -1
+        self.lines: list[tuple[int, str]] = []
+        self.rows: list[dict[str, Any]] = []
+
+
+def _schedule(rates: dict[str, Any], rng: random.Random) -> tuple[list[_Fault], int, int]:
+    """Fault times over the rates file's whole span (before hosts are assigned)."""
+    fleet = rates.get("fleet", {})
+    span_a = _us(_date(fleet.get("start", "2023-04-19")))
+    span_b = _us(_date(fleet.get("end", "2024-03-31"))) + DAY_US
+    faults: list[_Fault] = []
+
+    def within(a: int, b: int) -> tuple[int, int]:
+        return max(a, span_a), min(b, span_b)
+
+    def place(n: int, a: int, b: int, kind: str, xid: int | None, source: str) -> None:
+        if n <= 0:
+            return
+        if b <= a:
+            raise ValueError(f"{n} {kind} {xid or ''} to place in an empty interval")
+        for _ in range(n):
+            faults.append(_Fault(rng.randrange(a, b), kind, xid, source))
+
+    monthly = rates.get("xid_monthly", {})
+    pinned_months = sorted(m for m in monthly if within(*_month_range(m))[0] < within(*_month_range(m))[1])
+    free = []  # the span minus the pinned months
+    cur = span_a
+    for m in pinned_months:
+        a, b = within(*_month_range(m))
+        if a > cur:
+            free.append((cur, a))
+        cur = max(cur, b)
+    if cur < span_b:
+        free.append((cur, span_b))
+
+    for code_s, total in sorted(rates.get("xid_year", {}).items(), key=lambda kv: int(kv[0])):
+        code = int(code_s)
+        pinned = 0
+        for m in pinned_months:
+            n = int(monthly[m].get(code_s, 0))
+            pinned += n
+            place(n, *within(*_month_range(m)), "xid", code, "VII")
+        rest = int(total) - pinned
+        if rest < 0:
+            raise ValueError(f"Xid {code}: monthly counts ({pinned}) exceed the yearly count ({total})")
+        span_list = free if any(str(code) in monthly[m] for m in pinned_months) else [(span_a, span_b)]
+        length = sum(b - a for a, b in span_list) if span_list is free else span_b - span_a
+        if rest and not length:
+            raise ValueError(f"Xid {code}: no time left outside the monthly-pinned months")
+        bursts = []  # lines per fault: Xid 13 prints 1-3 lines; the count is of lines
+        while rest > 0:
+            n = min(rest, rng.choice(BURST_SIZES)) if code in BURST_XIDS else 1
+            bursts.append(n)
+            rest -= n
+        for n in bursts:
+            x = rng.randrange(length)
+            for a, b in span_list:
+                if x < b - a:
+                    faults.append(_Fault(a + x, "xid", code, "VI", n))
+                    break
+                x -= b - a
+
+    cpu = rates.get("cpu_ecc_monthly", {})
+    other = int(fleet.get("cpu_ecc_other_months", 0))
+    m_date = dt.date.fromtimestamp(span_a // US)
+    month = f"{m_date.year:04d}-{m_date.month:02d}"
+    while _month_range(month)[0] < span_b:
+        a, b = within(*_month_range(month))
+        if month in cpu:
+            place(int(cpu[month]), a, b, "cpu_ecc", None, "VII")
+        else:
+            place(other, a, b, "cpu_ecc", None, "rate")
+        y, mo = map(int, month.split("-"))
+        month = f"{y + (mo == 12):04d}-{mo % 12 + 1:02d}"
+
+    sources = rates.get("ib_month_source", {})
+    default_src = str(sources.get("default", "VIII"))
+    daily = rates.get("ib_daily", {})
+    ib_monthly = rates.get("ib_monthly", {})
+    months = sorted({d[:7] for d in daily} | set(ib_monthly))
+    for month in months:
+        src = str(sources.get(month, default_src))
+        if src == "VII":
+            a, b = within(*_month_range(month))
+            if a < b:
+                place(int(ib_monthly.get(month, 0)), a, b, "ib_flash_cut", None, "VII")
+        elif src == "VIII":
+            for day in sorted(d for d in daily if d.startswith(month)):
+                a = _us(_date(day))
+                a, b = within(a, a + DAY_US)
+                if a < b:
+                    place(int(daily[day]), a, b, "ib_flash_cut", None, "VIII")
+        else:
+            raise ValueError(f"ib_month_source {month!r}: {src!r} is neither 'VII' nor 'VIII'")
+    faults.sort(key=lambda f: (f.t, f.kind, f.xid or 0))
+    return faults, span_a, span_b
+
+
+def _pick_formats(hosts: int, weights: dict[str, float], seed: int) -> list[str]:
+    names = sorted(weights)
+    w = [float(weights[n]) for n in names]
+    return [random.Random(f"{seed}:fmt:{h}").choices(names, w)[0] for h in range(hosts)]
+
+
+def _fmt_line(fmt: str, host: str, t_us: int, boot_us: int, msg: str) -> str:
+    sec = t_us // US
+    tm = dt.datetime.fromtimestamp(sec, UTC)
+    mono = t_us - boot_us
+    if fmt == "syslog3164":
+        return f"{MON[tm.month - 1]} {tm.day:2d} {tm:%H:%M:%S} {host} kernel: [{mono // US:5d}.{mono % US:06d}] {msg}"
+    if fmt == "rfc3339":
+        return f"{tm:%Y-%m-%dT%H:%M:%S}.{t_us % US:06d}+00:00 {host} kernel: [{mono // US:5d}.{mono % US:06d}] {msg}"
+    if fmt == "journal":
+        return f"{tm:%Y-%m-%dT%H:%M:%S}+0000 {host} kernel: {msg}"
+    if fmt == "dmesg_t":
+        return f"[{WDAY[tm.weekday()]} {MON[tm.month - 1]} {tm.day:2d} {tm:%H:%M:%S} {tm.year}] {msg}"
+    raise ValueError(f"unknown log format {fmt!r}")
+
+
+def printed_time_us(fmt: str, t_us: int) -> int:
+    """The time a line of ``fmt`` shows for an event at ``t_us`` (seconds-only formats truncate)."""
+    return t_us if fmt == "rfc3339" else t_us - t_us % US
+
+
+def _log_name(fmt: str) -> str:
+    return {"journal": "journal.log", "dmesg_t": "dmesg.log"}.get(fmt, "kern.log")
+
+
+def _fill(rng: random.Random, template: str, code: int = 0) -> str:
+    return template.format(
+        b=rng.choice(GPU_BUSES), p=rng.randrange(1000, 4_000_000), ch=rng.randrange(8, 64), g=rng.randrange(8),
+        a=rng.randrange(0x10, 0xff), a2=rng.randrange(0x1000, 0xfffff), r1=0x52e7b0 + 0x80 * rng.randrange(16),
+        r2=0x52e7b4 + 0x80 * rng.randrange(16), v1=rng.randrange(1 << 24), v2=rng.randrange(64), code=code,
+        i=rng.randrange(8), n=rng.randrange(10_000, 10_000_000), n2=rng.randrange(10_000, 10_000_000),
+        h=rng.randrange(1 << 28), t=rng.randrange(1_600_000_000, 1_800_000_000), ms=rng.randrange(1000),
+        p2=rng.randrange(300, 2000), ib=rng.choice(IB_BUSES))
+
+
+def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: int | None = None,
+             seed: int = 0, rates: dict[str, Any] | str | os.PathLike[str] | None = None,
+             start: dt.date | str | None = None, noise_per_node_day: float | None = None,
+             gzip_level: int = 6) -> dict[str, Any]:
+    """Write the fleet's logs and ``ground_truth.csv`` under ``out_dir``; returns a summary."""
+    if not isinstance(rates, dict):
+        rates = load_rates(rates)
+    fleet = rates.get("fleet", {})
+    nodes = int(nodes if nodes is not None else fleet.get("nodes", 1250))
+    if nodes < 1:
+        raise ValueError("--nodes must be at least 1")
+    noise = float(noise_per_node_day if noise_per_node_day is not None else fleet.get("noise_per_node_day", 8))
+    rng = random.Random(f"{seed}:schedule")
+    faults, span_a, span_b = _schedule(rates, rng)
+    win_a = _us(_date(start)) if start is not None else span_a
+    win_b = win_a + int(days) * DAY_US if days is not None else span_b
+    if win_b <= win_a:
+        raise ValueError("--days must be at least 1")
+    faults = [f for f in faults if win_a <= f.t < win_b]
+    rot_days = int(fleet.get("rotation_days", 7))
+    if rot_days < 1:
+        raise ValueError("rotation_days must be at least 1")
+    rot_us = rot_days * DAY_US
+    rot0 = win_a + ROTATE_AT_US - rot_us  # rotation points: rot0 + k * rot_us
+
+    def near_rotation(t: int) -> bool:
+        off = (t - rot0) % rot_us
+        return off < ROTATE_GUARD_US or off > rot_us - ROTATE_GUARD_US
+
+    width = max(4, len(str(nodes)))
+    hosts = [f"node{h:0{width}d}" for h in range(1, nodes + 1)]
+    formats = _pick_formats(nodes, fleet.get("formats", {"syslog3164": 1}), seed)
+    gpus = int(fleet.get("gpus_per_node", 8))
+    n_ib = int(fleet.get("ib_devices_per_node", 4))
+    busy: list[list[int]] = [[] for _ in range(nodes)]  # sorted fault-group times per host
+
+    # Assign hosts (and move a fault off a rotation point); fault groups on a host >= 1 min apart.
+    for fault in faults:
+        if near_rotation(fault.t):
+            fault.t += 2 * ROTATE_GUARD_US if fault.t + 2 * ROTATE_GUARD_US < win_b else -2 * ROTATE_GUARD_US
+        for _ in range(1000):
+            h = rng.randrange(nodes)
+            lst = busy[h]
+            i = bisect.bisect_left(lst, fault.t)
+            if (i == len(lst) or lst[i] - fault.t >= MIN_GAP_US) and (i == 0 or fault.t - lst[i - 1] >= MIN_GAP_US):
+                break
+        else:
+            raise ValueError("fleet too small for the fault rate (no host free a minute around a fault)")
+        lst.insert(i, fault.t)
+        fault.host = h
+    faults.sort(key=lambda f: (f.t, f.host))
+
+    # Lines and truth rows of each fault.
+    fid = 0
+    for fault in faults:
+        fid += 1
+        host, fmt = hosts[fault.host], formats[fault.host]
+        base = {"host": host, "kind": fault.kind, "xid": "", "device": "", "port": "", "down_time": "",
+                "up_time": "", "fault_id": fid, "table_source": fault.source, "line_format": fmt}
+        if fault.kind == "xid":
+            code = fault.xid
+            templates = XID_TEMPLATES.get(code, (GENERIC_XID,))
+            bus = GPU_BUSES[rng.randrange(min(gpus, len(GPU_BUSES)))]
+            t = fault.t
+            for k in range(fault.burst):
+                msg = _set_bus(_fill(rng, rng.choice(templates), code), bus)
+                fault.lines.append((t, msg))
+                fault.rows.append(dict(base, time=_iso(t), xid=code, device=f"0000:{bus}:00.0"))
+                t += rng.randrange(1500, 2500)
+        elif fault.kind == "cpu_ecc":
+            s, c, d = rng.randrange(2), rng.randrange(6), rng.randrange(2)
+            label = f"CPU_SrcID#{s}_Ha#0_Chan#{c}_DIMM#{d}"
+            msg = EDAC_CE.format(mc=s * 2, s=s, c=c, d=d, page=rng.randrange(0x100000, 0x3fffff),
+                                 off=rng.randrange(0, 0x1000, 0x40), mask=1 << c, rank=rng.randrange(2))
+            fault.lines.append((fault.t, msg))
+            fault.rows.append(dict(base, time=_iso(fault.t), device=f"mc{s * 2}/{label}"))
+        else:
+            dev = rng.randrange(n_ib)
+            up = fault.t + rng.randrange(1 * US, 30 * US + 1)
+            prefix = f"mlx5_core 0000:{IB_BUSES[dev % len(IB_BUSES)]}:00.0 mlx5_{dev}: Port: 1 Link"
+            fault.lines += [(fault.t, prefix + " DOWN"), (up, prefix + " ACTIVE")]
+            fault.rows.append(dict(base, time=_iso(fault.t), device=f"mlx5_{dev}/1", port=1,
+                                   down_time=_iso(fault.t), up_time=_iso(up)))
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    per_host: list[list[_Fault]] = [[] for _ in range(nodes)]
+    for fault in faults:
+        per_host[fault.host].append(fault)
+    reboots_per_year = float(fleet.get("reboots_per_node_year", 3))
+    files = 0
+    total_lines = 0
+    for h in range(nodes):
+        hrng = random.Random(f"{seed}:host:{h}")
+        host, fmt = hosts[h], formats[h]
+        # (time, order, message) where order keeps a fault's lines and a boot banner together
+        lines: list[tuple[int, int, str]] = []
+        boots = [win_a - hrng.randrange(DAY_US, 30 * DAY_US)]
+        n_reboot = _poisson(hrng, reboots_per_year * (win_b - win_a) / (365 * DAY_US))
+        for t in sorted(hrng.randrange(win_a, win_b) for _ in range(n_reboot)):
+            if near_rotation(t) or near_rotation(t + 10 * US):
+                continue
+            i = bisect.bisect_left(busy[h], t)
+            if (i < len(busy[h]) and busy[h][i] - t < 2 * MIN_GAP_US) or (i and t - busy[h][i - 1] < 2 * MIN_GAP_US):
+                continue  # not in the middle of a fault's lines
+            boots.append(t)
+            for k, template in enumerate(BOOT):
+                lines.append((t + k * 37_000 + hrng.randrange(1000), 0, _fill(hrng, template)))
+        days_n = (win_b - win_a) // DAY_US
+        for d in range(days_n):
+            n = _poisson(hrng, noise)
+            day0 = win_a + d * DAY_US
+            for _ in range(n):
+                t = day0 + hrng.randrange(DAY_US)
+                lines.append((t, 1, _fill(hrng, hrng.choice(NOISE))))
+        for fault in per_host[h]:
+            for t, msg in fault.lines:
+                lines.append((t, 0, msg))
+        lines.sort(key=lambda x: (x[0], x[1]))
+        total_lines += len(lines)
+        # Split into rotation periods.
+        periods: list[list[str]] = []
+        last_t: list[int] = []
+        cur_k = None
+        for t, _, msg in lines:
+            k = (t - rot0) // rot_us
+            if k != cur_k:
+                periods.append([])
+                last_t.append(t)
+                cur_k = k
+            b = bisect.bisect_right(boots, t) - 1
+            periods[-1].append(_fmt_line(fmt, host, t, boots[max(b, 0)], msg))
+            last_t[-1] = t
+        hdir = out / host
+        hdir.mkdir(exist_ok=True)
+        name = _log_name(fmt)
+        n_per = len(periods)
+        for i, (plines, t_last) in enumerate(zip(periods, last_t)):
+            age = n_per - 1 - i  # 0: the live file
+            mtime = printed_time_us(fmt, t_last) / US
+            data = ("\n".join(plines) + "\n").encode()
+            if age == 0:
+                path = hdir / name
+                path.write_bytes(data)
+            elif age == 1:
+                path = hdir / f"{name}.1"
+                path.write_bytes(data)
+            else:
+                path = hdir / f"{name}.{age}.gz"
+                with open(path, "wb") as raw:
+                    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=int(mtime),
+                                       compresslevel=gzip_level) as gz:
+                        gz.write(data)
+            os.utime(path, (mtime, mtime))
+            files += 1
+
+    truth_rows = [row for fault in faults for row in fault.rows]
+    with open(out / "ground_truth.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=TRUTH_FIELDS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(truth_rows)
+    os.utime(out / "ground_truth.csv", (win_b / US, win_b / US))  # same seed, same files, same mtimes
+    return {"nodes": nodes, "start": _iso(win_a), "end": _iso(win_b), "faults": len(faults),
+            "truth_rows": len(truth_rows), "files": files, "lines": total_lines}
+
+
+def _set_bus(msg: str, bus: str) -> str:
+    """Put the fault's GPU bus into an Xid line (templates draw a random one)."""
+    head, sep, rest = msg.partition("PCI:0000:")
+    return head + sep + bus + rest[2:] if sep else msg
+
+
+def _poisson(rng: random.Random, lam: float) -> int:
+    if lam <= 0:
+        return 0
+    if lam > 30:
+        return max(0, round(rng.gauss(lam, lam ** 0.5)))
+    import math
+    limit, k, p = math.exp(-lam), 0, 1.0
+    while True:
+        p *= rng.random()
+        if p <= limit:
+            return k
+        k += 1
