@@ -285,7 +285,9 @@ def compare_with_paper(table: pd.DataFrame, name: str, paper_dir: str | Path | N
     """Cells where ``table`` (ours: table6, table7 or table8) differs from the paper's printed one.
 
     Columns: ``key`` (xid, month or date; "Total" for total rows), ``column``, ``ours``,
-    ``paper``. A row one table lacks counts as 0 there. None when the reference is absent."""
+    ``paper``. A row one table lacks counts as 0 there; for Tables VII and VIII only the paper's
+    period (its first to last month/day) is compared, our total recomputed over it. None when the
+    reference is absent."""
     ref = read_paper_table(name, paper_dir)
     if ref is None:
         return None
@@ -294,9 +296,8 @@ def compare_with_paper(table: pd.DataFrame, name: str, paper_dir: str | Path | N
     def keyed(t: pd.DataFrame) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for _, r in t.iterrows():
-            k = r.get(key)
-            if name == "table6":
-                k = "Total" if str(r.get("group")) == "Total" else k
+            total = any(str(v).strip() == "Total" for v in r.values)
+            k = "Total" if total else r.get(key)
             if k is None or (not isinstance(k, str) and pd.isna(k)) or str(k) == "":
                 continue
             k = str(int(float(k))) if name == "table6" and k != "Total" else str(k)
@@ -304,6 +305,16 @@ def compare_with_paper(table: pd.DataFrame, name: str, paper_dir: str | Path | N
         return out
 
     ours, theirs = keyed(table), keyed(ref)
+    if name in ("table7", "table8"):
+        # The paper covers a period (months or days); rows of ours outside it are not differences,
+        # and our total is recomputed over that period.
+        span = sorted(k for k in theirs if k != "Total")
+        if span:
+            lo, hi = span[0], span[-1]
+            ours = {k: v for k, v in ours.items() if k == "Total" or lo <= k <= hi}
+            ours["Total"] = {c: sum(v[c] for k, v in ours.items() if k != "Total") for c in cols}
+            if "Total" not in theirs:
+                del ours["Total"]
     diffs = []
     for k in sorted(set(ours) | set(theirs), key=lambda v: (v == "Total", v.zfill(12))):
         for c in cols:

@@ -252,3 +252,27 @@ def test_analyze_cli_end_to_end(tmp_path: Path) -> None:
     co = pd.read_csv(out / "co_occurrence.csv")
     assert co[["first", "then"]].values.tolist() == [["ib_flash_cut", "Xid 79"]]
     assert _is_png(out / "figure11_ib_flash_cuts_daily.png")
+
+
+def test_compare_with_paper_keeps_to_the_papers_period(tmp_path: Path) -> None:
+    """Months outside the paper's Table VII (it starts in Oct 2023) are not differences, and the
+    total is compared over the paper's months only; the Table VI total row is compared too."""
+    (tmp_path / "table7_memory_network_monthly.csv").write_text(
+        "month,main_memory_cpu_ecc,network_flash_cut,xid_63,xid_64,xid_79,xid_94,xid_95,total\n"
+        "2023-10,4,29,21,0,0,0,0,54\n2023-11,14,8,22,0,0,4,0,48\nTotal,18,37,43,0,0,4,0,102\n")
+    ours = pd.DataFrame({"month": ["2023-09", "2023-10", "2023-11", "Total"],
+                         "main_memory_cpu_ecc": [5, 4, 14, 23], "network_flash_cut": [7, 13, 8, 28],
+                         "xid_63": [1, 21, 22, 44], "xid_64": [0] * 4, "xid_79": [0] * 4,
+                         "xid_94": [0, 0, 4, 4], "xid_95": [0] * 4, "total": [13, 38, 48, 99]})
+    diff = tables.compare_with_paper(ours, "table7", tmp_path)
+    assert diff.to_dict("records") == [
+        {"key": "2023-10", "column": "network_flash_cut", "ours": 13, "paper": 29},
+        {"key": "2023-10", "column": "total", "ours": 38, "paper": 54},
+        {"key": "Total", "column": "network_flash_cut", "ours": 21, "paper": 37},
+        {"key": "Total", "column": "total", "ours": 86, "paper": 102}]
+    (tmp_path / "table6_xid_counts.csv").write_text(
+        "gpu_error_type,xid,count,percentage_as_printed,percentage_recomputed\n"
+        "NVLink Error,74,3,75.00%,75.0\nSoftware Causes,13,1,25.00%,25.0\nTotal,,4,100.00%,100.0\n")
+    t6 = pd.DataFrame({"group": ["Software Causes", "NVLink Error", "Total"], "xid": [13, 74, None],
+                       "count": [1, 3, 4]})
+    assert tables.compare_with_paper(t6, "table6", tmp_path).empty
