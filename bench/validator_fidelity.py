@@ -6,9 +6,9 @@
                                         [--out bench/results/validator_fidelity.json]
 
 (a) memory: the ``host_memory_bandwidth`` check (``copy_bandwidth``, ``triad_bandwidth``) against
-    STREAM. STREAM's C source (stream.c) is not on this machine, no Debian package ships it
-    (``apt-cache search`` finds none) and no PyPI sdist with it was found, and nothing else can be
-    fetched here. **The reference is therefore not STREAM built with gcc -O3 -fopenmp but
+    STREAM. STREAM's C source (stream.c) ships in no Debian package (``apt-cache search`` finds
+    none) nor in a Python package, and the benchmark installs its tools from packages only.
+    **The reference is therefore not STREAM built with gcc -O3 -fopenmp but
     likwid-bench** (Debian package ``likwid``), whose ``stream_*`` kernel is STREAM's Triad
     (A = B·s + C: two loads and one store per element, counted as 24 bytes, as STREAM counts) and
     whose ``copy_mem_*`` kernel is STREAM's Copy (16 bytes per element). It runs with ``-W``
@@ -139,8 +139,8 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     triad_ratio = round(best_check_triad / ref_triad, 3)
     return {
         "reference": (f"likwid-bench {triad_k}/{copy_k} (Debian likwid; STREAM's Triad and Copy kernels, STREAM "
-                      "byte counting). NOT STREAM's own stream.c: it is not packaged in Debian nor found in a "
-                      "PyPI sdist, and nothing else can be fetched here"),
+                      "byte counting). NOT STREAM's own stream.c, which no Debian or Python package "
+                      "ships"),
         "array_bytes": array, "threads": threads, "engine": checks_[-1]["engine"],
         "check_triad_bandwidth": best_check_triad, "check_copy_bandwidth": best_check_copy,
         "reference_triad_bandwidth": ref_triad, "reference_copy_bandwidth": ref_copy,
