@@ -36,8 +36,10 @@ from nodewarden import events as ev
 from nodewarden.analysis import tables
 
 # Kinds that are state changes or bookkeeping rather than faults.
+# Informational kinds (a port coming up, a cable plugged at probe) and link-down lines, which are
+# replaced by the flash cuts they make, are not failures.
 NOT_FAULTS = frozenset({ev.IB_LINK_UP, ev.NET_LINK_UP, ev.IB_PORT_STATE, ev.UNPARSED, ev.IB_LINK_DOWN,
-                        ev.IB_FLASH_CUT})
+                        ev.IB_FLASH_CUT, ev.NIC_MODULE})
 HARDWARE_KINDS = frozenset({ev.CPU_ECC, ev.MCE, ev.IB_FLASH_CUT})
 
 
