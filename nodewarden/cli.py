@@ -39,6 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     def add_input_options(sp: argparse.ArgumentParser) -> None:
+        def jobs_arg(text: str) -> int:
+            n = int(text) if text.strip().isdigit() else 0
+            if n < 1:
+                raise argparse.ArgumentTypeError(f"not a positive number of processes: {text!r}")
+            return n
+
         sp.add_argument("paths", nargs="+", metavar="PATH",
                         help="log files (plain, .gz, .bz2, .xz), directories of nodes' logs, agent journals, or - for stdin")
         sp.add_argument("--since", type=_time_arg, help="only events at or after this time (UTC unless an offset is given)")
@@ -50,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="wall time of boot, to date monotonic-only stamps ([  123.456]) of one boot's logs")
         sp.add_argument("--no-dedupe", action="store_true",
                         help="keep copies of one record seen through several files")
+        sp.add_argument("--jobs", type=jobs_arg, metavar="N",
+                        help="processes reading files (default: all CPUs; 1 reads them one after another)")
+        sp.add_argument("--cache", metavar="DIR",
+                        help="cache of parsed events, reused while a file is unchanged "
+                             "(default $XDG_CACHE_HOME/nodewarden or ~/.cache/nodewarden)")
+        sp.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
 
     va = sub.add_parser("validate", help="run the hardware validation suite (exit 0 healthy, 1 drain)")
     from nodewarden.validator.main import add_arguments as add_validate_arguments
@@ -133,9 +145,14 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
         print(f"nodewarden: {msg}", file=sys.stderr)
 
     filters = Filters(since=args.since, until=args.until, kinds=args.kind, hosts=hosts)
+    cache_dir = None
+    if not getattr(args, "no_cache", True):
+        from nodewarden.analysis.cache import default_dir
+        cache_dir = args.cache or default_dir()
     try:
         return ingest(args.paths, filters=filters, tz=args.tz, boot_time=args.boot_time,
-                      dedupe=not args.no_dedupe, on_error=on_error)
+                      dedupe=not args.no_dedupe, on_error=on_error, jobs=getattr(args, "jobs", 1),
+                      cache_dir=cache_dir)
     except Exception as e:  # e.g. an unknown --tz
         raise SystemExit(f"nodewarden: {e}")
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator
 
@@ -101,17 +103,98 @@ def _journal_events(f: LogFile) -> Iterator[FaultEvent]:
                 continue
 
 
+_Result = tuple  # (input_id, events, records | None, unparsed | None, error | None, counted)
+
+GROUP_MAX_FILES = 256  # files of one directory read as one task (one cache file)
+
+
+def _run_source(input_id: str, read: Callable[[], tuple[Iterable[FaultEvent], KernelLogParser | None]]) -> _Result:
+    """Read one input; its error is returned (to be reported in input order), never raised."""
+    try:
+        events, parser = read()
+        error = None
+    except InputError as e:
+        if not e.events:
+            return (input_id, [], None, None, str(e), False)
+        events, parser, error = e.events, e.parser, str(e)  # the readable part is kept
+    except OSError as e:
+        return (input_id, [], None, None, f"{input_id}: {e.strerror or e}", False)
+    records = parser.stats.records if parser is not None else None
+    unparsed = parser.stats.unparsed if parser is not None else None
+    return (input_id, list(events), records, unparsed, error, True)
+
+
+def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
+                cache_dir: str | None) -> list[_Result]:
+    """Results of ``files`` in order (one task of the process pool, or run in-process). Kernel
+    logs come from the cache when their size and mtime are unchanged; parsed ones are stored."""
+    cache = cache_path = None
+    stored: dict = {}
+    entries: list = []
+    dirty = False
+    if cache_dir is not None and any(not _is_journal(f.path) for f in files):
+        from nodewarden.analysis.cache import EventCache
+        cache = EventCache(cache_dir, tz=tz, boot_time=boot_time)
+        cache_path = cache.path_for(files[0].path.parent, files[0].path)
+        stored = cache.load(cache_path)
+    out: list[_Result] = []
+    for f in files:
+        input_id = str(f.path)
+        if _is_journal(f.path):
+            out.append(_run_source(input_id, lambda f=f: (list(_journal_events(f)), None)))
+            continue
+        key = None
+        if cache is not None:
+            from nodewarden.analysis.cache import file_key
+            try:
+                key = file_key(f.path)
+            except OSError:
+                key = None
+            hit = stored.get(key) if key is not None else None
+            if hit is not None:
+                events, records, unparsed, parsed_ns = hit
+                entries.append((key, events, records, unparsed, parsed_ns))
+                out.append((input_id, events, records, unparsed, None, True))
+                continue
+        parsed_ns = time.time_ns()
+        r = _run_source(input_id, lambda f=f: read_file(f, tz=tz, boot_time=boot_time))
+        out.append(r)
+        if key is not None and r[4] is None:
+            entries.append((key, r[1], r[2], r[3], parsed_ns))
+            dirty = True
+    if cache is not None and dirty:
+        cache.store(cache_path, entries)
+    return out
+
+
+def _small_file(path: Path) -> bool:
+    """Read in a pool worker: not a device, and below the size read_file splits across processes."""
+    from nodewarden.collectors.kernel_log import PARALLEL_MIN_BYTES
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # the worker reports it
+    return stat.S_ISREG(st.st_mode) and st.st_size < PARALLEL_MIN_BYTES
+
+
 def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None = None,
            boot_time: dt.datetime | None = None, dedupe: bool = True, stdin: IO[bytes] | None = None,
-           on_error: Callable[[str], None] | None = None) -> tuple[Iterator[FaultEvent], IngestStats]:
+           on_error: Callable[[str], None] | None = None, jobs: int | None = 1,
+           cache_dir: str | os.PathLike[str] | None = None) -> tuple[Iterator[FaultEvent], IngestStats]:
     """Events from ``paths`` (``-`` is stdin) and the stats, filled as the iterator is consumed.
 
     Unreadable inputs are reported through ``on_error`` (and ``stats.errors``) and skipped; the
     other inputs are still read.
+
+    ``jobs`` > 1 reads files in that many processes (None: all CPUs), a directory's files per
+    task; results are taken in input order, so events, copies dropped and errors are the same as
+    with ``jobs=1``. ``cache_dir`` keeps each file's parsed events (Parquet) for the next run.
     """
     stats = IngestStats()
     filters = filters or Filters()
     paths = list(paths)
+    jobs = (os.cpu_count() or 1) if jobs is None else max(1, int(jobs))
+    cache = str(cache_dir) if cache_dir is not None else None
 
     def report(msg: str) -> None:
         stats.errors.append(msg)
@@ -125,7 +208,8 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
         deduper = CopyDeduper() if dedupe and len(files) + ("-" in paths) > 1 else None
         for err in errors:
             report(str(err))
-        sources: list[tuple[str, Callable[[], tuple[Iterable[FaultEvent], KernelLogParser | None]]]] = []
+        # Units in input order: (True, files) for a pool task, (False, read) read here.
+        units: list[tuple[bool, object]] = []
         if "-" in paths:
             def read_stdin() -> tuple[Iterable[FaultEvent], KernelLogParser]:
                 parser = KernelLogParser(source="stdin")
@@ -134,35 +218,71 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                 if stream is None:
                     raise InputError("-: standard input is closed")
                 return list(events_from_stream(stream, parser, ctx)), parser
-            sources.append(("-", read_stdin))
+            units.append((False, lambda: [_run_source("-", read_stdin)]))
+        group: list[LogFile] = []
+
+        def close_group() -> None:
+            if group:
+                units.append((True, list(group)))
+                group.clear()
+
         for f in files:
             if _is_char_device(f.path):
-                sources.append((str(f.path), lambda f=f: _read_kmsg(f, tz)))
-            elif _is_journal(f.path):
-                sources.append((str(f.path), lambda f=f: (list(_journal_events(f)), None)))
+                close_group()
+                units.append((False, lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
+            elif not _small_file(f.path):
+                close_group()  # read_file splits it across processes itself
+                units.append((False, lambda f=f: _read_group([f], tz, boot_time, cache)))
             else:
-                sources.append((str(f.path), lambda f=f: read_file(f, tz=tz, boot_time=boot_time)))
-        for input_id, read in sources:
-            try:
-                events, parser = read()
-            except InputError as e:
-                report(str(e))
-                if not e.events:
-                    continue
-                events, parser = e.events, e.parser  # the readable part is kept
-            except OSError as e:
-                report(f"{input_id}: {e.strerror or e}")
-                continue
-            stats.files += 1
-            if parser is not None:
-                stats.records += parser.stats.records
-                stats.unparsed += parser.stats.unparsed
-            for e in events:
-                if deduper is not None and not deduper.accept(e, input_id):
-                    stats.copies_dropped += 1
-                    continue
-                if filters.match(e):
-                    stats.events += 1
-                    yield e
+                if group and (group[0].path.parent != f.path.parent or len(group) >= GROUP_MAX_FILES):
+                    close_group()
+                group.append(f)
+        close_group()
+
+        pooled = [i for i, (in_pool, _) in enumerate(units) if in_pool]
+        pool = None
+        if jobs > 1 and len(pooled) > 1:
+            import multiprocessing
+            pool = multiprocessing.get_context("fork").Pool(min(jobs, len(pooled)))
+        window = 4 * jobs  # tasks submitted ahead of the one consumed: bounds the events held
+        inflight: dict[int, object] = {}
+        next_task = 0
+        finished = False
+        try:
+            for i, (in_pool, unit) in enumerate(units):
+                if in_pool and pool is not None:
+                    while next_task < len(pooled) and (len(inflight) < window or pooled[next_task] <= i):
+                        j = pooled[next_task]
+                        inflight[j] = pool.apply_async(_read_group, (units[j][1], tz, boot_time, cache))
+                        next_task += 1
+                    results = inflight.pop(i).get()  # type: ignore[attr-defined]
+                elif in_pool:
+                    results = _read_group(unit, tz, boot_time, cache)  # type: ignore[arg-type]
+                else:
+                    results = unit()  # type: ignore[operator]
+                for input_id, events, records, unparsed, error, counted in results:
+                    if error is not None:
+                        report(error)
+                    if not counted:
+                        continue
+                    stats.files += 1
+                    if records is not None:
+                        stats.records += records
+                        stats.unparsed += unparsed
+                    for e in events:
+                        if deduper is not None and not deduper.accept(e, input_id):
+                            stats.copies_dropped += 1
+                            continue
+                        if filters.match(e):
+                            stats.events += 1
+                            yield e
+            finished = True
+        finally:
+            if pool is not None:
+                if finished:
+                    pool.close()
+                else:
+                    pool.terminate()
+                pool.join()
 
     return gen(), stats
