@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from kmsgtools import free_port, kmsg_refusal, write_kmsg
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,29 +37,11 @@ MCE = "nodewarden_mce_events_total"
 IB = "nodewarden_ib_link_events_total"
 
 
-def _kmsg_writable() -> str | None:
-    if os.environ.get("NODEWARDEN_WRITE_KMSG") != "1":
-        # The lines land in this machine's real kernel log, where a node's own monitoring
-        # (DCGM, NHC, a nodewarden agent) would count them: only on request (tests/run.sh asks).
-        return "writes test fault lines into this machine's /dev/kmsg: set NODEWARDEN_WRITE_KMSG=1"
-    if os.geteuid() != 0:
-        return "writing into /dev/kmsg needs root"
-    if not os.access("/dev/kmsg", os.W_OK):
-        return "/dev/kmsg is not writable here"
-    return None
-
-
-needs_kmsg = pytest.mark.skipif(_kmsg_writable() is not None, reason=_kmsg_writable() or "")
+needs_kmsg = pytest.mark.skipif(kmsg_refusal() is not None, reason=kmsg_refusal() or "")
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def wait_for(what: str, check: Callable[[], object], deadline_s: float = DEADLINE_S) -> object:
     """Poll ``check`` until it returns a truthy value; fail naming ``what`` after the deadline."""
@@ -74,19 +56,6 @@ def wait_for(what: str, check: Callable[[], object], deadline_s: float = DEADLIN
             return last
         time.sleep(0.05)
     pytest.fail(f"timed out after {deadline_s}s waiting for {what}; last: {last!r}")
-
-
-def write_kmsg(*lines: str) -> None:
-    """One write(2) per line: each becomes one kernel log record (the kernel forces the user
-    facility on it). Each line gets its own open file: with ``kernel.printk_devkmsg=ratelimit``
-    (the default) the kernel silently drops writes past a burst of 10 per open file per 5 s
-    (kernel/printk/printk.c devkmsg_write)."""
-    for line in lines:
-        fd = os.open("/dev/kmsg", os.O_WRONLY)
-        try:
-            os.write(fd, (line.rstrip("\n") + "\n").encode())
-        finally:
-            os.close(fd)
 
 
 @dataclass

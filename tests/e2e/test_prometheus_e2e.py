@@ -17,7 +17,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from kmsgtools import free_port, kmsg_refusal, write_kmsg
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
@@ -36,36 +36,15 @@ PROMETHEUS = shutil.which("prometheus")
 
 
 def _why_skip() -> str | None:
-    if os.environ.get("NODEWARDEN_WRITE_KMSG") != "1":
-        # The lines land in this machine's real kernel log, where a node's own monitoring
-        # (DCGM, NHC, a nodewarden agent) would count them: only on request (tests/run.sh asks).
-        return "writes test fault lines into this machine's /dev/kmsg: set NODEWARDEN_WRITE_KMSG=1"
-    if os.geteuid() != 0:
-        return "writing into /dev/kmsg needs root"
-    if not os.access("/dev/kmsg", os.W_OK):
-        return "/dev/kmsg is not writable here"
+    refusal = kmsg_refusal()
+    if refusal is not None:
+        return refusal
     if PROMETHEUS is None:
         return "prometheus not on PATH (Debian: apt-get install prometheus)"
     return None
 
 
 pytestmark = pytest.mark.skipif(_why_skip() is not None, reason=_why_skip() or "")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_kmsg(*lines: str) -> None:
-    """One open and one write(2) per line (the kernel rate-limits writes per open file)."""
-    for line in lines:
-        fd = os.open("/dev/kmsg", os.O_WRONLY)
-        try:
-            os.write(fd, (line.rstrip("\n") + "\n").encode())
-        finally:
-            os.close(fd)
 
 
 def http_get(url: str, timeout: float = 2.0) -> bytes:
