@@ -63,13 +63,6 @@ def _is_journal(path: Path) -> bool:
     return path.name.startswith("events-") and path.name.endswith((".jsonl", ".jsonl.gz"))
 
 
-def _is_char_device(path: Path) -> bool:
-    try:
-        return stat.S_ISCHR(path.stat().st_mode)
-    except OSError:
-        return False
-
-
 def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogParser]:
     """The records now in the kernel ring buffer (``nodewarden events /dev/kmsg``), not followed."""
     from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now, kmsg_events
@@ -167,14 +160,19 @@ def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | N
     return out
 
 
-def _small_file(path: Path) -> bool:
+def _stat(f: LogFile) -> os.stat_result | None:
+    if f.stat is not None:
+        return f.stat
+    try:
+        return os.stat(f.path)
+    except OSError:
+        return None  # the reader reports it
+
+
+def _small_file(st: os.stat_result | None) -> bool:
     """Read in a pool worker: not a device, and below the size read_file splits across processes."""
     from nodewarden.collectors.kernel_log import PARALLEL_MIN_BYTES
-    try:
-        st = os.stat(path)
-    except OSError:
-        return True  # the worker reports it
-    return stat.S_ISREG(st.st_mode) and st.st_size < PARALLEL_MIN_BYTES
+    return st is None or (stat.S_ISREG(st.st_mode) and st.st_size < PARALLEL_MIN_BYTES)
 
 
 def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None = None,
@@ -227,10 +225,11 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                 group.clear()
 
         for f in files:
-            if _is_char_device(f.path):
+            st = _stat(f)
+            if st is not None and stat.S_ISCHR(st.st_mode):
                 close_group()
                 units.append((False, lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
-            elif not _small_file(f.path):
+            elif not _small_file(st):
                 close_group()  # read_file splits it across processes itself
                 units.append((False, lambda f=f: _read_group([f], tz, boot_time, cache)))
             else:

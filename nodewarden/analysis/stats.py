@@ -162,11 +162,18 @@ def co_occurrence(df: pd.DataFrame, cuts: pd.DataFrame | None = None, window: fl
     f = f[f["time"].notna() & f["host"].notna()]
     pairs: dict[tuple[str, str], list] = {}
     w = np.int64(int(window * 1e9))
-    for host, g in f.groupby("host", sort=True):
-        t = g["time"].dt.tz_convert(None).astype("datetime64[ns]").astype("int64").to_numpy()
-        labels = g["label"].to_numpy()
+    t_all = f["time"].dt.tz_convert(None).astype("datetime64[ns]").astype("int64").to_numpy()
+    codes, hosts = pd.factorize(f["host"], sort=True)
+    order = np.argsort(codes, kind="stable")  # by host, each host's faults still in time order
+    t_all, codes, labels_all = t_all[order], codes[order], f["label"].to_numpy()[order]
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(codes)]):
+        if hi - lo < 2:
+            continue
+        host = hosts[codes[lo]]
+        t, labels = t_all[lo:hi], labels_all[lo:hi]
         ends = np.searchsorted(t, t + w, side="right")
-        for i in range(len(t)):
+        for i in np.flatnonzero(ends > np.arange(1, len(t) + 1)):
             a = labels[i]
             for b in set(labels[i + 1:ends[i]]):
                 if b != a:

@@ -18,7 +18,9 @@ import lzma
 import os
 import re
 import select
+import stat
 import time
+import zlib
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
@@ -32,6 +34,11 @@ log = logging.getLogger(__name__)
 CHUNK = 1 << 20  # bytes read at a time: small enough that the scan reads it from cache
 COMPRESSED_READ = 8 << 10  # bytes decompressed per read: what a truncated archive can lose
 MAX_CARRY = 64 << 20  # a "record" longer than this is cut (a file of indented lines only)
+# A fleet's logs are mostly small rotated files: a plain file up to SMALL_FILE bytes, or a gzip
+# archive up to SMALL_FILE compressed bytes that expands to at most SMALL_TEXT, is read whole.
+SMALL_FILE = 1 << 20
+SMALL_TEXT = 64 << 20
+GUNZIP_STEP = 64 << 10  # compressed bytes inflated per call
 
 # Base names of kernel/system logs: a file so named tells nothing about its host.
 _LOG_BASENAMES = ("kern", "syslog", "messages", "dmesg", "journal", "kmsg", "daemon", "warn", "all", "log")
@@ -54,10 +61,12 @@ class InputError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class LogFile:
-    """One input file and the host its lines belong to when the lines do not say."""
+    """One input file and the host its lines belong to when the lines do not say; ``stat`` is
+    its ``os.stat`` when the directory walk took it (None: not taken, or the stat failed)."""
 
     path: Path
     host: str | None
+    stat: os.stat_result | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def _host_from_name(name: str) -> str | None:
@@ -67,17 +76,45 @@ def _host_from_name(name: str) -> str | None:
     return stem
 
 
-def _rotation_key(p: Path) -> tuple[str, int, int, str]:
+def _rotation_key(name: str) -> tuple[str, int, int, str]:
     """Oldest first within a rotated set: kern.log.3.gz, kern.log.2.gz, kern.log.1, kern.log;
     with dateext, messages-20240101.gz, messages-20240108, messages. The live file comes last."""
-    m = _ROTATED.match(p.name)
-    base = m.group("base") if m else p.name
+    m = _ROTATED.match(name)
+    base = m.group("base") if m else name
     num = m.group("num") if m else None
     if num is None:
-        return base, 1, 0, p.name
+        return base, 1, 0, name
     if len(num) == 8:  # dateext: a later date is newer
-        return base, 0, int(num), p.name
-    return base, 0, -int(num), p.name  # numbered: a higher number is older
+        return base, 0, int(num), name
+    return base, 0, -int(num), name  # numbered: a higher number is older
+
+
+def _walk(top: str, errors: list[InputError]) -> Iterator[tuple[str, list[os.DirEntry]]]:
+    """(directory, its files) depth first, sub-directories in name order, hidden entries skipped;
+    symbolic links to directories are not entered (as ``os.walk``)."""
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError as e:
+            errors.append(InputError(f"{d}: cannot list directory: {e.strerror or e}"))
+            continue
+        files, subdirs = [], []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                is_dir = False
+            if not is_dir:
+                files.append(e)
+            elif not e.is_symlink():
+                subdirs.append(e.path)
+        yield d, files
+        stack.extend(sorted(subdirs, reverse=True))
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile], list[InputError]]:
@@ -85,26 +122,29 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
 
     A directory is walked recursively; a file directly under a given directory is named after
     its host (``node07.log`` -> node07) unless it has a log's base name (``kern.log``); a file in a
-    sub-directory takes the sub-directory's name (``logs/node07/kern.log`` -> node07). Rotated sets
-    are read oldest first. Hidden files and the Parquet cache are skipped.
+    sub-directory takes the sub-directory's name (``logs/node07/kern.log`` -> node07). Directories
+    are read depth first in name order, a directory's files before its sub-directories; rotated
+    sets oldest first. Hidden files and the Parquet cache are skipped.
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            found: list[LogFile] = []
-            for dirpath, dirnames, filenames in os.walk(p, onerror=lambda e: errors.append(
-                    InputError(f"{e.filename}: cannot list directory: {e.strerror}"))):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                rel = Path(dirpath).relative_to(p)
-                for name in filenames:
-                    if name.startswith(".") or name.endswith((".parquet", ".json.tmp")):
+            top = os.fspath(p)
+            for dirpath, entries in _walk(top, errors):
+                rel = os.path.relpath(dirpath, top)
+                sub = None if rel == os.curdir else rel.split(os.sep, 1)[0]
+                entries.sort(key=lambda e: _rotation_key(e.name))
+                for e in entries:
+                    name = e.name
+                    if name.endswith((".parquet", ".json.tmp")):
                         continue
-                    host = rel.parts[0] if rel.parts else _host_from_name(name)
-                    found.append(LogFile(Path(dirpath) / name, host))
-            found.sort(key=lambda f: (str(f.path.parent), _rotation_key(f.path)))
-            files.extend(found)
+                    try:
+                        st = e.stat()
+                    except OSError:
+                        st = None  # reported when read
+                    files.append(LogFile(Path(e.path), sub if sub is not None else _host_from_name(name), st))
         elif p.exists() or p.is_symlink():
             files.append(LogFile(p, None))
         else:
@@ -174,6 +214,18 @@ def iter_regions(stream: IO[bytes], chunk: int = CHUNK, max_read: int | None = N
         filled = carry
 
 
+def _buffer_records(buf: bytes | bytearray, hi: int, ctx: TimeContext, base_offset: int) -> list:
+    """The parsed envelopes of the candidate records in ``buf[:hi]`` (whole records)."""
+    recs = []
+    for start, end in candidate_records(buf, hi=hi):
+        lines = buf[start:end].decode("utf-8", "replace").split("\n")
+        rec = join_record(lines, ctx)
+        if rec is not None:
+            rec.offset = base_offset + start
+            recs.append(rec)
+    return recs
+
+
 def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext,
                        base_offset: int = 0, flush: bool = True, max_read: int | None = None) -> Iterator[FaultEvent]:
     """Events from a binary stream of log text, scanning for candidate records first.
@@ -184,19 +236,62 @@ def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeCont
     """
     pos = base_offset
     for buf, hi in iter_regions(stream, max_read=max_read):
-        recs = []
-        for start, end in candidate_records(buf, hi=hi):
-            lines = buf[start:end].decode("utf-8", "replace").split("\n")
-            rec = join_record(lines, ctx)
-            if rec is not None:
-                rec.offset = pos + start
-                recs.append(rec)
-        pos += hi
         # Parse after the scan: the buffer is reused by the next read.
+        recs = _buffer_records(buf, hi, ctx, pos)
+        pos += hi
         for rec in recs:
             yield from parser.feed(rec)
     if flush:
         yield from parser.flush()
+
+
+def events_from_bytes(data: bytes | bytearray, parser: KernelLogParser, ctx: TimeContext) -> list[FaultEvent]:
+    """Events of a whole log text held in memory (then the parser's held events)."""
+    out: list[FaultEvent] = []
+    for rec in _buffer_records(data, len(data), ctx, 0):
+        out.extend(parser.feed(rec))
+    out.extend(parser.flush())
+    return out
+
+
+def gunzip(data: bytes, limit: int = SMALL_TEXT) -> tuple[bytes, str | None] | None:
+    """The text of a whole gzip file (every member), and why its end could not be read (None
+    when it all could). A truncated or corrupt archive keeps what inflated before the fault
+    (nothing is lost to truncation; to corruption, what inflates from the one byte at which zlib
+    sees the fault; a bad CRC is seen after the member's last byte, so all its text is kept).
+    None when the text would exceed ``limit`` bytes (the caller streams it instead)."""
+    out: list[bytes] = []
+    total = 0
+    pos = 0
+    n = len(data)
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        while not d.eof:
+            if pos >= n:
+                return b"".join(out), "compressed file ended before the end-of-stream marker was reached"
+            chunk = data[pos:pos + GUNZIP_STEP]
+            before = d.copy()
+            try:
+                piece = d.decompress(chunk)
+            except zlib.error as e:
+                # Inflate the piece again a byte at a time to keep all the text before the fault.
+                for i in range(len(chunk)):
+                    try:
+                        out.append(before.decompress(chunk[i:i + 1]))
+                    except zlib.error:
+                        break
+                return b"".join(out), f"corrupt gzip data: {e}"
+            pos += len(chunk)
+            total += len(piece)
+            if total > limit:
+                return None
+            out.append(piece)
+        rest = d.unused_data
+        pos -= len(rest)  # back to the first byte after this member
+        if pos >= n or not data[pos:].strip(b"\x00"):  # the end, or gzip's zero padding
+            return b"".join(out), None
+        if data[pos:pos + 2] != b"\x1f\x8b":
+            return b"".join(out), "not a gzip member after the last one (trailing garbage)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,15 +393,45 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
     return events, parser
 
 
+_CPUS = os.cpu_count() or 1
+
+
+def _read_small(path: Path) -> tuple[bytes, str | None] | None:
+    """(text, error) of a small plain or gzip file read whole; None when it must be streamed
+    (bzip2/xz, or an archive that expands past SMALL_TEXT). Raises OSError."""
+    with open(path, "rb") as fh:
+        data = fh.read()  # all of it, also what was appended since the stat
+    if data[:2] == b"\x1f\x8b":
+        return gunzip(data, SMALL_TEXT)
+    if data[:3] == b"BZh" or data[:6] == b"\xfd7zXZ\x00":
+        return None
+    return data, None
+
+
 def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
               source: str = "file") -> tuple[list[FaultEvent], KernelLogParser]:
     """All events of one file. Raises InputError naming the file when it cannot be read."""
     try:
-        mtime = dt.datetime.fromtimestamp(f.path.stat().st_mtime, dt.timezone.utc)
+        st = os.stat(f.path)
     except OSError as e:
         raise InputError(f"{f.path}: {e.strerror or e}") from e
+    mtime = dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)
+    ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
+    parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
+    if stat.S_ISREG(st.st_mode) and st.st_size <= SMALL_FILE:
+        try:
+            whole = _read_small(f.path)
+        except OSError as e:
+            raise InputError(f"{f.path}: {e.strerror or e}") from e
+        if whole is not None:
+            text, error = whole
+            events = events_from_bytes(text, parser, ctx)
+            if error is not None:
+                raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {error}",
+                                 events, parser)
+            return events, parser
     stream = open_log(f.path)
-    workers = min(os.cpu_count() or 1, 8)
+    workers = min(_CPUS, 8)
     if isinstance(stream, io.BufferedReader) and workers > 1:
         size = os.fstat(stream.fileno()).st_size
         if size >= PARALLEL_MIN_BYTES:
@@ -315,8 +440,6 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
                 return _read_parallel(f, size, min(workers, size // (PARALLEL_MIN_BYTES // 2)), tz, boot_time, source)
             except OSError as e:
                 raise InputError(f"{f.path}: cannot read: {e}") from e
-    ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
-    parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
     events: list[FaultEvent] = []
     try:
         with stream:
