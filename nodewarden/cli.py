@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cache of parsed events, reused while a file is unchanged "
                              "(default $XDG_CACHE_HOME/nodewarden or ~/.cache/nodewarden)")
         sp.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+        sp.add_argument("--scheduler", metavar="ADDRESS",
+                        help="parse the files on the Dask cluster of this scheduler (tcp://HOST:8786; the "
+                             "[dask] extra); its workers must see the same paths")
 
     va = sub.add_parser("validate", help="run the hardware validation suite (exit 0 healthy, 1 drain)")
     from nodewarden.validator.main import add_arguments as add_validate_arguments
@@ -152,9 +155,20 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
     try:
         return ingest(args.paths, filters=filters, tz=args.tz, boot_time=args.boot_time,
                       dedupe=not args.no_dedupe, on_error=on_error, jobs=getattr(args, "jobs", 1),
-                      cache_dir=cache_dir)
-    except Exception as e:  # e.g. an unknown --tz
-        raise SystemExit(f"nodewarden: {e}")
+                      cache_dir=cache_dir, scheduler=getattr(args, "scheduler", None))
+    except Exception as e:  # e.g. an unknown --tz, an unreachable --scheduler
+        print(f"nodewarden: {e}", file=sys.stderr)
+        raise SystemExit(exitcodes.USAGE) from None
+
+
+def _cluster_errors(run):
+    """Run ``run()``; a cluster that lost a parsing task ends the command (exit 3), not a traceback."""
+    from nodewarden.analysis.cluster import ClusterError
+    try:
+        return run()
+    except ClusterError as e:
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.INCOMPLETE
 
 
 def cmd_events(args: argparse.Namespace) -> int:
@@ -168,10 +182,16 @@ def cmd_events(args: argparse.Namespace) -> int:
     events, stats = _ingest(args)
     out = sys.stdout
     write = out.write
-    for e in events:
-        write(e.to_json())
-        write("\n")
-    out.flush()
+
+    def emit() -> int:
+        for e in events:
+            write(e.to_json())
+            write("\n")
+        out.flush()
+        return exitcodes.OK
+
+    if _cluster_errors(emit) != exitcodes.OK:
+        return exitcodes.INCOMPLETE
     if args.stats:
         print(json.dumps({"files": stats.files, "candidate_records": stats.records, "events": stats.events,
                           "unparsed": stats.unparsed, "copies_dropped": stats.copies_dropped,
@@ -187,8 +207,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return exitcodes.USAGE
     hosts = frozenset(h.strip() for h in args.hosts.split(",")) if args.hosts else None
     events, stats = _ingest(args, hosts)
-    return report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
-                      paper_dir=args.paper_tables, nodes=args.nodes, window=args.window)
+    return _cluster_errors(lambda: report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
+                                              paper_dir=args.paper_tables, nodes=args.nodes, window=args.window))
 
 
 def cmd_xid(args: argparse.Namespace) -> int:

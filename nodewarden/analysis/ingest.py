@@ -118,9 +118,10 @@ def _run_source(input_id: str, read: Callable[[], tuple[Iterable[FaultEvent], Ke
 
 
 def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
-                cache_dir: str | None) -> list[_Result]:
-    """Results of ``files`` in order (one task of the process pool, or run in-process). Kernel
-    logs come from the cache when their size and mtime are unchanged; parsed ones are stored."""
+                cache_dir: str | None, split: bool = True) -> list[_Result]:
+    """Results of ``files`` in order (one task of the process pool or the Dask cluster, or run
+    in-process). Kernel logs come from the cache when their size and mtime are unchanged; parsed
+    ones are stored. ``split``: a large plain file may be parsed by several local processes."""
     cache = cache_path = None
     stored: dict = {}
     entries: list = []
@@ -150,13 +151,45 @@ def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | N
                 out.append((input_id, events, records, unparsed, None, True))
                 continue
         parsed_ns = time.time_ns()
-        r = _run_source(input_id, lambda f=f: read_file(f, tz=tz, boot_time=boot_time))
+        r = _run_source(input_id, lambda f=f: read_file(f, tz=tz, boot_time=boot_time, split=split))
         out.append(r)
         if key is not None and r[4] is None:
             entries.append((key, r[1], r[2], r[3], parsed_ns))
             dirty = True
     if cache is not None and dirty:
         cache.store(cache_path, entries)
+    return out
+
+
+def _read_group_from(cwd: str, files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
+                     cache_dir: str | None, split: bool) -> list[_Result]:
+    """:func:`_read_group` on a Dask worker, whose working directory is not ours: relative paths
+    are opened from ``cwd``, and the results name every file as it was given (input ids, error
+    messages, events' ``attrs["origin"]``), as a local run does."""
+    given = {}
+    opened = []
+    for f in files:
+        if f.path.is_absolute():
+            opened.append(f)
+            continue
+        a = LogFile(Path(cwd) / f.path, f.host, f.stat)
+        given[str(a.path)] = str(f.path)
+        opened.append(a)
+    results = _read_group(opened, tz, boot_time, cache_dir, split)
+    if not given:
+        return results
+    out: list[_Result] = []
+    for input_id, events, records, unparsed, error, counted in results:
+        name = given.get(input_id)
+        if name is not None:
+            if error is not None:
+                error = error.replace(input_id, name)
+            for e in events:
+                if e.attrs.get("origin") == input_id:
+                    e.attrs["origin"] = name
+                    e.json_cache = None
+            input_id = name
+        out.append((input_id, events, records, unparsed, error, counted))
     return out
 
 
@@ -178,7 +211,8 @@ def _small_file(st: os.stat_result | None) -> bool:
 def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None = None,
            boot_time: dt.datetime | None = None, dedupe: bool = True, stdin: IO[bytes] | None = None,
            on_error: Callable[[str], None] | None = None, jobs: int | None = 1,
-           cache_dir: str | os.PathLike[str] | None = None) -> tuple[Iterator[FaultEvent], IngestStats]:
+           cache_dir: str | os.PathLike[str] | None = None,
+           scheduler: str | None = None) -> tuple[Iterator[FaultEvent], IngestStats]:
     """Events from ``paths`` (``-`` is stdin) and the stats, filled as the iterator is consumed.
 
     Unreadable inputs are reported through ``on_error`` (and ``stats.errors``) and skipped; the
@@ -187,12 +221,21 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
     ``jobs`` > 1 reads files in that many processes (None: all CPUs), a directory's files per
     task; results are taken in input order, so events, copies dropped and errors are the same as
     with ``jobs=1``. ``cache_dir`` keeps each file's parsed events (Parquet) for the next run.
+
+    ``scheduler``: the address of a Dask scheduler (``tcp://host:8786``); the files are then
+    parsed on its workers instead (``jobs`` is ignored), with the same results (see
+    nodewarden.analysis.cluster). Raises ClusterError at once when it cannot be reached, and
+    from the iterator when the cluster loses a task.
     """
     stats = IngestStats()
     filters = filters or Filters()
     paths = list(paths)
     jobs = (os.cpu_count() or 1) if jobs is None else max(1, int(jobs))
     cache = str(cache_dir) if cache_dir is not None else None
+    dask = None
+    if scheduler is not None:
+        from nodewarden.analysis.cluster import DaskPool
+        dask = DaskPool(scheduler)
 
     def report(msg: str) -> None:
         stats.errors.append(msg)
@@ -229,7 +272,7 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
             if st is not None and stat.S_ISCHR(st.st_mode):
                 close_group()
                 units.append((False, lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
-            elif not _small_file(st):
+            elif not _small_file(st) and dask is None:
                 close_group()  # read_file splits it across processes itself
                 units.append((False, lambda f=f: _read_group([f], tz, boot_time, cache)))
             else:
@@ -239,11 +282,13 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
         close_group()
 
         pooled = [i for i, (in_pool, _) in enumerate(units) if in_pool]
-        pool = None
-        if jobs > 1 and len(pooled) > 1:
-            import multiprocessing
-            pool = multiprocessing.get_context("fork").Pool(min(jobs, len(pooled)))
-        window = 4 * jobs  # tasks submitted ahead of the one consumed: bounds the events held
+        pool = dask
+        if pool is None and jobs > 1 and len(pooled) > 1:
+            from nodewarden.analysis.cluster import ProcessPool
+            pool = ProcessPool(min(jobs, len(pooled)))
+        split = dask is None  # a Dask worker parses a large file by itself
+        # Tasks submitted ahead of the one consumed: bounds the events held.
+        window = 4 * (pool.slots if pool is not None else 1)
         inflight: dict[int, object] = {}
         next_task = 0
         finished = False
@@ -252,9 +297,13 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                 if in_pool and pool is not None:
                     while next_task < len(pooled) and (len(inflight) < window or pooled[next_task] <= i):
                         j = pooled[next_task]
-                        inflight[j] = pool.apply_async(_read_group, (units[j][1], tz, boot_time, cache))
+                        if dask is not None:
+                            inflight[j] = pool.submit(_read_group_from, os.getcwd(), units[j][1], tz, boot_time,
+                                                      cache and os.path.abspath(cache), split)
+                        else:
+                            inflight[j] = pool.submit(_read_group, units[j][1], tz, boot_time, cache, split)
                         next_task += 1
-                    results = inflight.pop(i).get()  # type: ignore[attr-defined]
+                    results = pool.result(inflight.pop(i))
                 elif in_pool:
                     results = _read_group(unit, tz, boot_time, cache)  # type: ignore[arg-type]
                 else:
@@ -278,10 +327,6 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
             finished = True
         finally:
             if pool is not None:
-                if finished:
-                    pool.close()
-                else:
-                    pool.terminate()
-                pool.join()
+                pool.close(finished)
 
     return gen(), stats

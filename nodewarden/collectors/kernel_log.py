@@ -409,8 +409,11 @@ def _read_small(path: Path) -> tuple[bytes, str | None] | None:
 
 
 def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
-              source: str = "file") -> tuple[list[FaultEvent], KernelLogParser]:
-    """All events of one file. Raises InputError naming the file when it cannot be read."""
+              source: str = "file", split: bool = True) -> tuple[list[FaultEvent], KernelLogParser]:
+    """All events of one file. Raises InputError naming the file when it cannot be read.
+
+    ``split``: a plain file of PARALLEL_MIN_BYTES or more is parsed by several processes, one
+    byte range each (False: by this one, e.g. inside a pool worker)."""
     try:
         st = os.stat(f.path)
     except OSError as e:
@@ -432,7 +435,7 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
             return events, parser
     stream = open_log(f.path)
     workers = min(_CPUS, 8)
-    if isinstance(stream, io.BufferedReader) and workers > 1:
+    if split and isinstance(stream, io.BufferedReader) and workers > 1:
         size = os.fstat(stream.fileno()).st_size
         if size >= PARALLEL_MIN_BYTES:
             stream.close()

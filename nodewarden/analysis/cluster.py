@@ -1,0 +1,79 @@
+"""Where the per-directory parsing tasks of :func:`nodewarden.analysis.ingest.ingest` run: local
+worker processes, or a Dask cluster (the optional ``[dask]`` extra) when a scheduler address is
+given (``nodewarden analyze --scheduler tcp://HOST:8786``).
+
+Both take the same task function and arguments and hand back the same results; ingest consumes
+them in input order, so a run's events, copies dropped and errors do not depend on where they
+were parsed. Dask workers read the files themselves: the paths given must name the same files on
+every worker (a shared file system, as on an HPC cluster), nodewarden must be importable there,
+and a ``--cache`` directory must be shared as well.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+CONNECT_TIMEOUT_S = 30.0  # how long to wait for the scheduler to answer
+
+
+class ClusterError(Exception):
+    """The task runner cannot be used (Dask not installed, scheduler unreachable) or a task was
+    lost by the cluster. The message says which and what to do."""
+
+
+class ProcessPool:
+    """``jobs`` local worker processes (fork)."""
+
+    def __init__(self, jobs: int) -> None:
+        import multiprocessing
+        self.slots = jobs
+        self._pool = multiprocessing.get_context("fork").Pool(jobs)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._pool.apply_async(fn, args)
+
+    def result(self, handle: Any) -> Any:
+        return handle.get()
+
+    def close(self, finished: bool) -> None:
+        if finished:
+            self._pool.close()
+        else:
+            self._pool.terminate()
+        self._pool.join()
+
+
+class DaskPool:
+    """Tasks on the Dask cluster whose scheduler listens at ``address`` (``tcp://host:8786``).
+
+    Raises ClusterError when ``distributed`` is not installed or the scheduler does not answer
+    within ``timeout`` seconds (default CONNECT_TIMEOUT_S); :meth:`result` raises ClusterError when the cluster lost a task
+    (e.g. its workers kept dying)."""
+
+    def __init__(self, address: str, timeout: float | None = None) -> None:
+        try:
+            from distributed import Client
+        except ImportError as e:
+            raise ClusterError(f"--scheduler needs the [dask] extra (pip install 'nodewarden[dask]'): {e}") from None
+        self.address = address
+        try:
+            self._client = Client(address, timeout=CONNECT_TIMEOUT_S if timeout is None else timeout,
+                                  set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise ClusterError(f"cannot reach the Dask scheduler at {address}: {e}") from None
+        threads = sum(self._client.nthreads().values())
+        # Tasks queued ahead of the one consumed: enough to keep every worker thread busy.
+        self.slots = max(1, threads)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._client.submit(fn, *args, pure=False)
+
+    def result(self, handle: Any) -> Any:
+        try:
+            return handle.result()
+        except Exception as e:  # the task itself never raises: this is the cluster failing it
+            raise ClusterError(f"the Dask cluster at {self.address} lost a parsing task: "
+                               f"{type(e).__name__}: {e}") from e
+
+    def close(self, finished: bool) -> None:
+        self._client.close()
