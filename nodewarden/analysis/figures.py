@@ -30,6 +30,11 @@ def _empty(ax, text: str = "no events") -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
 
 
+def _legend_outside(ax) -> None:
+    """The legend right of the axes: inside, it would hide the bars of the first months."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def _save(fig, path: Path) -> Path:
     path = Path(path)
     fig.tight_layout()
@@ -41,7 +46,7 @@ def _save(fig, path: Path) -> Path:
 def figure10(t7: pd.DataFrame, path: str | Path) -> Path:
     """Stacked bars per month: CPU memory ECC, IB flash cuts, and the GPU memory Xids."""
     rows = t7[t7["month"] != "Total"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     if len(rows):
         series = [("main_memory_cpu_ecc", "CPU memory ECC"), ("network_flash_cut", "IB flash cut")]
         series += [(f"xid_{c}", f"GPU Xid {c}") for c in tables.GPU_MEMORY_XIDS]
@@ -52,7 +57,7 @@ def figure10(t7: pd.DataFrame, path: str | Path) -> Path:
             ax.bar(x, vals, bottom=bottom, label=label)
             bottom += vals
         ax.set_xticks(x, rows["month"].tolist(), rotation=45, ha="right")
-        ax.legend(fontsize=8)
+        _legend_outside(ax)
     else:
         _empty(ax)
     ax.set_ylabel("failures")
@@ -77,7 +82,7 @@ def figure11(t8: pd.DataFrame, path: str | Path) -> Path:
 def xids_over_time(df: pd.DataFrame, path: str | Path, freq: str = "month") -> Path:
     """Xid events per ``month`` or ``week`` (UTC), stacked by Table V group."""
     x = df[(df["kind"] == "xid") & df["xid"].notna() & df["time"].notna()]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     if len(x):
         t = x["time"].dt.tz_convert(None)
         period = t.dt.to_period("W" if freq == "week" else "M").astype(str)
@@ -92,7 +97,7 @@ def xids_over_time(df: pd.DataFrame, path: str | Path, freq: str = "month") -> P
                    label=catalog.TABLE5_LABELS.get(g, "Unknown"))
             bottom += counts[g]
         ax.set_xticks(pos, counts.index.tolist(), rotation=45, ha="right")
-        ax.legend(fontsize=8)
+        _legend_outside(ax)
     else:
         _empty(ax, "no Xids")
     ax.set_ylabel("Xid events")

@@ -40,7 +40,10 @@ US = 1_000_000
 DAY_US = 86_400 * US
 
 TRUTH_FIELDS = ("time", "host", "kind", "xid", "device", "port", "down_time", "up_time",
-                "fault_id", "table_source", "line_format")
+                "fault_id", "table_source", "line_format", "after_fault_id")
+# A chained fault's head is printed this long before the fault it leads (real cascades: the DBE,
+# row-remap and contained-error lines of one GPU within 170 ms, real_log_cases X-018, X-019).
+CHAIN_LEAD_US = (5_000, 60_000)
 
 GPU_BUSES = ("0e", "13", "48", "4d", "87", "8c", "b8", "bd")
 IB_BUSES = ("1a", "3c", "9a", "bc", "0c", "2c", "8c", "ac")
@@ -49,7 +52,7 @@ WDAY = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 BURST_XIDS = frozenset({13})
 BURST_SIZES = (1, 2, 2, 3, 3)
 ROTATE_AT_US = (6 * 3600 + 25 * 60) * US  # cron.daily's 06:25
-MIN_GAP_US = 60 * US
+MIN_GAP_US = 120 * US  # between a host's fault groups: twice analyze's default co-occurrence window
 ROTATE_GUARD_US = 300 * US
 
 XID_TEMPLATES: dict[int, tuple[str, ...]] = {
@@ -161,11 +164,17 @@ def _iso(t_us: int) -> str:
 
 
 class _Fault:
-    __slots__ = ("t", "kind", "xid", "source", "host", "lines", "rows", "burst")
+    __slots__ = ("t", "kind", "xid", "source", "host", "lines", "rows", "burst", "lead", "lead_us", "after",
+                 "bus", "fid")
 
     def __init__(self, t: int, kind: str, xid: int | None, source: str, burst: int = 1) -> None:
         self.t, self.kind, self.xid, self.source, self.burst = t, kind, xid, source, burst
         self.host = -1
+        self.lead: _Fault | None = None   # the fault this one is printed just before (chains)
+        self.lead_us = 0
+        self.after: _Fault | None = None  # the chain head printed just before this one
+        self.bus = ""
+        self.fid = 0
         self.lines: list[tuple[int, str]] = []
         self.rows: list[dict[str, Any]] = []
 
@@ -259,8 +268,31 @@ def _schedule(rates: dict[str, Any], rng: random.Random) -> tuple[list[_Fault], 
                     place(int(daily[day]), a, b, "ib_flash_cut", None, "VIII")
         else:
             raise ValueError(f"ib_month_source {month!r}: {src!r} is neither 'VII' nor 'VIII'")
+    _chain(rates, faults, rng)
     faults.sort(key=lambda f: (f.t, f.kind, f.xid or 0))
     return faults, span_a, span_b
+
+
+def _chain(rates: dict[str, Any], faults: list[_Fault], rng: random.Random) -> None:
+    """``[chains] "A>B" = n``: n of the Xid B faults are each led by an Xid A fault on the same
+    GPU, printed CHAIN_LEAD_US before it. The A faults are moved to their B fault, so A must be
+    a code no monthly table pins (its yearly count is all that is kept); the B faults stay."""
+    monthly = rates.get("xid_monthly", {})
+    for key, n in sorted(rates.get("chains", {}).items()):
+        try:
+            a_s, b_s = key.split(">")
+            a, b, n = int(a_s), int(b_s), int(n)
+        except ValueError:
+            raise ValueError(f"chains: {key!r} = {n!r} is not \"A>B\" = count (Xid codes)") from None
+        if any(str(a) in monthly[m] for m in monthly):
+            raise ValueError(f"chains: Xid {a} is pinned to months (xid_monthly) and cannot lead a chain")
+        heads = [f for f in faults if f.kind == "xid" and f.xid == a and f.lead is None and f.after is None]
+        tails = [f for f in faults if f.kind == "xid" and f.xid == b and f.after is None and f.lead is None]
+        if n > len(heads) or n > len(tails):
+            raise ValueError(f"chains: {key} = {n}, but there are {len(heads)} Xid {a} and {len(tails)} Xid {b} faults")
+        for head, tail in zip(rng.sample(heads, n), rng.sample(tails, n)):
+            head.lead, head.lead_us, tail.after = tail, rng.randrange(*CHAIN_LEAD_US), head
+            head.t = tail.t - head.lead_us
 
 
 def _pick_formats(hosts: int, weights: dict[str, float], seed: int) -> list[str]:
@@ -322,6 +354,12 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
     if win_b <= win_a:
         raise ValueError("--days must be at least 1")
     faults = [f for f in faults if win_a <= f.t < win_b]
+    kept = set(map(id, faults))
+    for f in faults:  # a chain cut by the window: what is left is on its own
+        if f.lead is not None and id(f.lead) not in kept:
+            f.lead = None
+        if f.after is not None and id(f.after) not in kept:
+            f.after = None
     rot_days = int(fleet.get("rotation_days", 7))
     if rot_days < 1:
         raise ValueError("rotation_days must be at least 1")
@@ -340,32 +378,44 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
     busy: list[list[int]] = [[] for _ in range(nodes)]  # sorted fault-group times per host
 
     # Assign hosts (and move a fault off a rotation point); fault groups on a host >= 1 min apart.
+    # A chain head goes with the fault it leads: same host, just before it.
     for fault in faults:
+        if fault.lead is not None:
+            continue
         if near_rotation(fault.t):
             fault.t += 2 * ROTATE_GUARD_US if fault.t + 2 * ROTATE_GUARD_US < win_b else -2 * ROTATE_GUARD_US
+        gap = MIN_GAP_US + (fault.after.lead_us if fault.after is not None else 0)
         for _ in range(1000):
             h = rng.randrange(nodes)
             lst = busy[h]
             i = bisect.bisect_left(lst, fault.t)
-            if (i == len(lst) or lst[i] - fault.t >= MIN_GAP_US) and (i == 0 or fault.t - lst[i - 1] >= MIN_GAP_US):
+            if (i == len(lst) or lst[i] - fault.t >= MIN_GAP_US) and (i == 0 or fault.t - lst[i - 1] >= gap):
                 break
         else:
             raise ValueError("fleet too small for the fault rate (no host free a minute around a fault)")
         lst.insert(i, fault.t)
         fault.host = h
+    for fault in faults:
+        if fault.lead is not None:
+            fault.t, fault.host = fault.lead.t - fault.lead_us, fault.lead.host
     faults.sort(key=lambda f: (f.t, f.host))
 
     # Lines and truth rows of each fault.
     fid = 0
     for fault in faults:
         fid += 1
+        fault.fid = fid
         host, fmt = hosts[fault.host], formats[fault.host]
         base = {"host": host, "kind": fault.kind, "xid": "", "device": "", "port": "", "down_time": "",
-                "up_time": "", "fault_id": fid, "table_source": fault.source, "line_format": fmt}
+                "up_time": "", "fault_id": fid, "table_source": fault.source, "line_format": fmt,
+                "after_fault_id": fault.after.fid if fault.after is not None else ""}
         if fault.kind == "xid":
             code = fault.xid
             templates = XID_TEMPLATES.get(code, (GENERIC_XID,))
             bus = GPU_BUSES[rng.randrange(min(gpus, len(GPU_BUSES)))]
+            if fault.after is not None:
+                bus = fault.after.bus  # the chain's GPU
+            fault.bus = bus
             t = fault.t
             for k in range(fault.burst):
                 msg = _set_bus(_fill(rng, rng.choice(templates), code), bus)

@@ -87,6 +87,11 @@ rotation_days = 4
 cpu_ecc_other_months = 1
 formats = {{ syslog3164 = 1, rfc3339 = 1, journal = 1, dmesg_t = 1 }}
 
+[chains]
+"48>63" = 1
+"48>64" = 1
+"31>43" = 2
+
 [xid_year]
 {xid_year}
 
@@ -303,6 +308,25 @@ def test_repeat_offender_ports(fleet: Fleet) -> None:
     want = _ranking(collections.Counter((h, k) for h, kind, k in hw if kind == "ib_flash_cut"), total)
     got = [(r["host"], r["device"], int(r["faults"]), round(float(r["share"]), 2),
             round(float(r["cumulative_share"]), 2)) for r in fleet.table("repeat_offenders_ib_ports")]
+    assert got == want
+
+
+def test_co_occurrence_is_the_chains(fleet: Fleet) -> None:
+    """Fault groups on a host are two minutes apart, except the chains ([chains]): the faults
+    that come together within analyze's 60 s are exactly the chains ground_truth.csv records."""
+    head = {r["fault_id"]: r for r in fleet.truth}
+    pairs: collections.Counter = collections.Counter()
+    hosts: dict[tuple[str, str], set] = collections.defaultdict(set)
+    for r in fleet.truth:
+        if r["after_fault_id"]:
+            h = head[r["after_fault_id"]]
+            assert (h["host"], h["device"]) == (r["host"], r["device"]) and h["time"] < r["time"]
+            key = (f"Xid {h['xid']}", f"Xid {r['xid']}")
+            pairs[key] += 1
+            hosts[key].add(r["host"])
+    assert sum(pairs.values()) == 4
+    want = sorted(((a, b, n, len(hosts[(a, b)])) for (a, b), n in pairs.items()), key=lambda x: (-x[2], x[0], x[1]))
+    got = [(r["first"], r["then"], int(r["count"]), int(r["hosts"])) for r in fleet.table("co_occurrence")]
     assert got == want
 
 

@@ -258,3 +258,20 @@ def test_default_rates_follow_the_paper() -> None:
     assert ib["2023-10"] == 13  # Table VIII's October (Table VII says 29; the default keeps VIII)
     assert [ib[m] for m in ("2023-11", "2023-12", "2024-01", "2024-02", "2024-03")] == [8, 17, 9, 12, 14]
     assert {f.source for f in faults if f.kind == "ib_flash_cut"} == {"VIII"}
+    # the default chains: each Xid 48 leads a 63 or a 64 on its GPU by 5-60 ms
+    chains = sorted((f.xid, f.lead.xid, f.lead.t - f.t) for f in faults if f.lead is not None)
+    assert [c[:2] for c in chains] == [(48, 63), (48, 64)]
+    assert all(5_000 <= c[2] < 60_000 for c in chains)
+
+
+@pytest.mark.parametrize("chains, message", [
+    ('"63>74" = 1', "Xid 63 is pinned to months"),
+    ('"13>74" = 99', "there are"),
+    ('"48-63" = 1', "is not"),
+])
+def test_bad_chains_are_refused(rates_file: Path, tmp_path: Path, chains: str, message: str) -> None:
+    p = tmp_path / "chains.toml"
+    p.write_text(f"[chains]\n{chains}\n" + rates_file.read_text())
+    with pytest.raises(ValueError, match=message):
+        sim.simulate(tmp_path / "logs", rates=p)
+    assert main(["simulate", "--out", str(tmp_path / "cli"), "--rates", str(p)]) == 2
