@@ -2,13 +2,14 @@
 """Benchmark: `nodewarden analyze` over a whole simulated fleet (many small rotated, mostly
 gzipped logs), cold and with a warm event cache, against `zcat -f | grep -c` on the same files.
 
-    python3 bench/analyze_scale.py [--nodes 1250] [--days N] [--jobs N] [--out bench/results/analyze_scale.json]
+    python3 bench/analyze_scale.py [--nodes 1250] [--days N] [--jobs N] [--repeat 3] [--out bench/results/analyze_scale.json]
 
 The fleet is generated once (seed 0) into bench/data/fleet (bench/data/fleet-<nodes>n-<days>d when
-shrunk) unless present. Three runs, in this order, each a whole process: `nodewarden analyze DIR
---out TMP --no-cache` (cold parse), the same with a cache directory filled by one untimed run
-(warm), and `find DIR -type f ! -name ground_truth.csv -print0 | xargs -0 zcat -f | grep -c 'NVRM:
-Xid'`. Throughput is of the logs' on-disk bytes. Peak RSS is the largest resident set of the
+shrunk) unless present. Timed runs, each a whole process, taken in turn ``--repeat`` times (best
+of each kept, all recorded): `nodewarden analyze DIR --out TMP --no-cache` (cold parse), the same
+with the portable scanner (NODEWARDEN_SCANNER=find, as on aarch64), the same with a cache
+directory filled by one untimed run (warm), and `find DIR -type f ! -name ground_truth.csv -print0 |
+xargs -0 zcat -f | grep -c 'NVRM: Xid'`. Throughput is of the logs' on-disk bytes. Peak RSS is the largest resident set of the
 analyze process and its worker processes (sampled with psutil, or /usr/bin/time -f %M when psutil
 is missing). The Xid count of analyze (events_by_kind.csv) must equal grep's line count.
 """
@@ -63,7 +64,7 @@ def log_bytes(fleet: Path) -> tuple[int, int]:
     return total, files
 
 
-def timed_rss(cmd: list[str]) -> tuple[float, int, int]:
+def timed_rss(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int, int]:
     """(seconds, peak RSS of the main process, peak RSS summed over it and its workers) of ``cmd``."""
     try:
         import psutil
@@ -72,13 +73,13 @@ def timed_rss(cmd: list[str]) -> tuple[float, int, int]:
     if psutil is None and os.path.exists("/usr/bin/time"):
         with tempfile.NamedTemporaryFile("r") as t:
             t0 = time.perf_counter()
-            subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name] + cmd, check=True, env=_env(),
+            subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name] + cmd, check=True, env={**_env(), **(env or {})},
                            stdout=subprocess.DEVNULL)
             secs = time.perf_counter() - t0
             rss = int(t.read().split()[-1]) * 1024
             return secs, rss, rss
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, env={**_env(), **(env or {})}, stdout=subprocess.DEVNULL)
     peak = [0, 0]  # main process, whole tree
     done = threading.Event()
 
@@ -124,6 +125,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, help="fleet size (default: the default fleet's, 1250)")
     ap.add_argument("--days", type=int, help="days simulated (default: the default year)")
     ap.add_argument("--jobs", type=int, help="nodewarden --jobs (default: all CPUs)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each command; the best is kept (default 3)")
     ap.add_argument("--out", default=str(HERE / "results" / "analyze_scale.json"))
     args = ap.parse_args()
 
@@ -139,18 +141,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
         cold_cmd = base + ["--out", str(tmpd / "cold"), "--no-cache"]
-        cold_s, cold_rss, cold_tree = timed_rss(cold_cmd)
         cache = tmpd / "cache"
         warm_cmd = base + ["--out", str(tmpd / "warm"), "--cache", str(cache)]
         fill_s, _, _ = timed_rss(warm_cmd)  # fills the cache (parse + write)
-        warm_s, warm_rss, warm_tree = timed_rss(warm_cmd)
+        grep_cmd = GREP.format(dir=fleet)
+        runs: dict[str, list[float]] = {"cold": [], "cold_find": [], "warm": [], "grep": []}
+        cold_rss = cold_tree = warm_rss = warm_tree = 0
+        for _ in range(max(1, args.repeat)):
+            s_, r, t = timed_rss(cold_cmd)
+            runs["cold"].append(s_)
+            cold_rss, cold_tree = max(cold_rss, r), max(cold_tree, t)
+            runs["cold_find"].append(timed_rss(cold_cmd, {"NODEWARDEN_SCANNER": "find"})[0])
+            s_, r, t = timed_rss(warm_cmd)
+            runs["warm"].append(s_)
+            warm_rss, warm_tree = max(warm_rss, r), max(warm_tree, t)
+            t0 = time.perf_counter()
+            grep = subprocess.run(grep_cmd, shell=True, capture_output=True, text=True)
+            runs["grep"].append(time.perf_counter() - t0)
+        cold_s, find_s, warm_s, grep_s = (min(runs[k]) for k in ("cold", "cold_find", "warm", "grep"))
         xid_cold, xid_warm = xid_count(tmpd / "cold"), xid_count(tmpd / "warm")
         cache_bytes = sum(p.stat().st_size for p in cache.glob("*.parquet"))
-
-        grep_cmd = GREP.format(dir=fleet)
-        t0 = time.perf_counter()
-        grep = subprocess.run(grep_cmd, shell=True, capture_output=True, text=True)
-        grep_s = time.perf_counter() - t0
         grep_xids = int(grep.stdout.strip() or 0)
 
     result.update({
@@ -159,6 +169,8 @@ def main() -> int:
         "cold_mb_per_s": round(mb / cold_s, 1),
         "cold_peak_rss_mb": round(cold_rss / 1e6, 1),
         "cold_peak_rss_all_processes_mb": round(cold_tree / 1e6, 1),
+        "cold_find_scanner_seconds": round(find_s, 2),
+        "ratio_cold_find_scanner_vs_grep": round(grep_s / find_s, 3),
         "cache_fill_seconds": round(fill_s, 2),
         "cache_bytes": cache_bytes,
         "warm_command": " ".join(["nodewarden"] + warm_cmd[3:]).replace(str(tmpd), "TMP"),
@@ -178,6 +190,8 @@ def main() -> int:
         "xid_analyze_warm": xid_warm,
         "xid_grep": grep_xids,
         "xid_counts_match": xid_cold == xid_warm == grep_xids,
+        "repeat": max(1, args.repeat),
+        "runs_seconds": {k: [round(x, 2) for x in v] for k, v in runs.items()},
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "date": dt.date.today().isoformat(),

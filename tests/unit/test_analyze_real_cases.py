@@ -1,0 +1,54 @@
+"""`nodewarden analyze` over the real-case corpus (tests/fixtures/real_cases, one directory per
+case as if each were a node): the counts per kind and per Xid equal the events the corpus says
+its cases hold (the expected lists of test_real_cases.py, written from the corpus text)."""
+
+from __future__ import annotations
+
+import collections
+import csv
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pandas")
+
+from nodewarden.cli import main  # noqa: E402
+
+from test_real_cases import CPU_CASES, FIXTURES, IB_CASES, REFERENCE, XID_CASES  # noqa: E402
+
+CASES = [p.values for p in (*XID_CASES, *CPU_CASES, *IB_CASES)]
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("real")
+    stamp = REFERENCE.timestamp()  # year-less stamps take their year from the file's mtime
+    for case, _ in CASES:
+        d = base / "logs" / case
+        d.mkdir(parents=True)
+        shutil.copyfile(FIXTURES / f"{case}.log", d / "kern.log")
+        os.utime(d / "kern.log", (stamp, stamp))
+    assert main(["analyze", str(base / "logs"), "--out", str(base / "report"), "--no-cache"]) == 0
+    return base / "report"
+
+
+def test_counts_per_kind_are_the_cases_events(report: Path) -> None:
+    want = collections.Counter(e["kind"] for _, events in CASES for e in events)
+    assert want["xid"] > 50 and want["cpu_ecc"] and want["ib_link_down"]
+    got = {r["kind"]: int(r["count"]) for r in _read(report / "events_by_kind.csv")}
+    assert got == dict(want)
+
+
+def test_xid_counts_are_the_cases_xids(report: Path) -> None:
+    want = collections.Counter(e["xid"] for _, events in CASES for e in events if e["kind"] == "xid")
+    rows = _read(report / "table6_xid_counts.csv")
+    got = {int(r["xid"]): int(r["count"]) for r in rows if r["group"] != "Total"}
+    assert got == dict(want)
+    assert [int(r["count"]) for r in rows if r["group"] == "Total"] == [sum(want.values())]
