@@ -43,6 +43,38 @@ class ProcessPool:
         self._pool.join()
 
 
+def _probe(address: str, timeout: float) -> None:
+    """Open and close one Dask connection to ``address`` within ``timeout`` seconds, before any
+    Client exists: a Client given a malformed address, or pointed at a server that is not Dask
+    (it never completes the handshake), stalls or hangs instead of failing. Raises ClusterError."""
+    import asyncio
+    import threading
+
+    from distributed.comm import connect
+
+    async def handshake() -> None:
+        comm = await connect(address, timeout=timeout)
+        await comm.close()
+
+    error: list[BaseException] = []
+
+    def run() -> None:  # in its own thread: the caller may be inside an event loop already
+        try:
+            asyncio.run(asyncio.wait_for(handshake(), timeout + 1.0))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            error.append(e)
+
+    t = threading.Thread(target=run, name="nodewarden-dask-probe", daemon=True)
+    t.start()
+    t.join(timeout + 5.0)
+    if t.is_alive() or (error and isinstance(error[0], (TimeoutError, asyncio.TimeoutError))):
+        raise ClusterError(f"no Dask scheduler answered at {address} within {timeout:g} s "
+                           "(nothing listening there, or not a Dask scheduler)")
+    if error:
+        e = error[0]
+        raise ClusterError(f"cannot reach the Dask scheduler at {address}: {type(e).__name__}: {e}")
+
+
 class DaskPool:
     """Tasks on the Dask cluster whose scheduler listens at ``address`` (``tcp://host:8786``).
 
@@ -56,9 +88,10 @@ class DaskPool:
         except ImportError as e:
             raise ClusterError(f"--scheduler needs the [dask] extra (pip install 'nodewarden[dask]'): {e}") from None
         self.address = address
+        timeout = CONNECT_TIMEOUT_S if timeout is None else timeout
+        _probe(address, timeout)
         try:
-            self._client = Client(address, timeout=CONNECT_TIMEOUT_S if timeout is None else timeout,
-                                  set_as_default=False)
+            self._client = Client(address, timeout=timeout, set_as_default=False)
         except (OSError, TimeoutError, ValueError) as e:
             raise ClusterError(f"cannot reach the Dask scheduler at {address}: {e}") from None
         threads = sum(self._client.nthreads().values())

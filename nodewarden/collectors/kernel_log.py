@@ -90,12 +90,18 @@ def _rotation_key(name: str) -> tuple[str, int, int, str]:
 
 
 def _walk(top: str, errors: list[InputError]) -> Iterator[tuple[str, list[os.DirEntry]]]:
-    """(directory, its files) depth first, sub-directories in name order, hidden entries skipped;
-    symbolic links to directories are not entered (as ``os.walk``)."""
+    """(directory, its files) depth first, sub-directories in name order, hidden entries skipped.
+    Symbolic links to directories are followed (a fleet directory of links to each node's logs),
+    each real directory walked once: a second link to it, or a link back up, is not entered."""
+    seen: set[tuple[int, int]] = set()
     stack = [top]
     while stack:
         d = stack.pop()
         try:
+            st = os.stat(d)
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
             with os.scandir(d) as it:
                 entries = list(it)
         except OSError as e:
@@ -109,10 +115,7 @@ def _walk(top: str, errors: list[InputError]) -> Iterator[tuple[str, list[os.Dir
                 is_dir = e.is_dir()
             except OSError:
                 is_dir = False
-            if not is_dir:
-                files.append(e)
-            elif not e.is_symlink():
-                subdirs.append(e.path)
+            (subdirs if is_dir else files).append(e.path if is_dir else e)
         yield d, files
         stack.extend(sorted(subdirs, reverse=True))
 
@@ -124,7 +127,9 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
     its host (``node07.log`` -> node07) unless it has a log's base name (``kern.log``); a file in a
     sub-directory takes the sub-directory's name (``logs/node07/kern.log`` -> node07). Directories
     are read depth first in name order, a directory's files before its sub-directories; rotated
-    sets oldest first. Hidden files and the Parquet cache are skipped.
+    sets oldest first; symbolic links to directories are followed, each directory read once.
+    Hidden files and the Parquet cache are skipped; FIFOs, sockets and devices found in a
+    directory are reported and skipped (given by name, ``/dev/kmsg`` or a pipe is read).
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
@@ -144,6 +149,10 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
                         st = e.stat()
                     except OSError:
                         st = None  # reported when read
+                    if st is not None and not stat.S_ISREG(st.st_mode):
+                        # A FIFO would block the read for ever; a device or socket is no log file.
+                        errors.append(InputError(f"{e.path}: not a regular file (FIFO, socket or device), skipped"))
+                        continue
                     files.append(LogFile(Path(e.path), sub if sub is not None else _host_from_name(name), st))
         elif p.exists() or p.is_symlink():
             files.append(LogFile(p, None))
@@ -256,31 +265,32 @@ def events_from_bytes(data: bytes | bytearray, parser: KernelLogParser, ctx: Tim
 
 def gunzip(data: bytes, limit: int = SMALL_TEXT) -> tuple[bytes, str | None] | None:
     """The text of a whole gzip file (every member), and why its end could not be read (None
-    when it all could). A truncated or corrupt archive keeps what inflated before the fault
-    (nothing is lost to truncation; to corruption, what inflates from the one byte at which zlib
-    sees the fault; a bad CRC is seen after the member's last byte, so all its text is kept).
-    None when the text would exceed ``limit`` bytes (the caller streams it instead)."""
+    when it all could). None when the text would exceed ``limit`` bytes (the caller streams it).
+
+    A truncated archive keeps all it inflated: a cut loses nothing before it. A member that
+    fails its integrity check (corrupt deflate data, CRC or length mismatch) gives no text at
+    all, since inflate turns damage into plausible-looking lines up to the point where zlib
+    notices; the members before it, each checked by its own CRC, are kept."""
     out: list[bytes] = []
     total = 0
     pos = 0
     n = len(data)
+    members = 0
     while True:
         d = zlib.decompressobj(wbits=31)
+        kept = len(out)
+        members += 1
         while not d.eof:
             if pos >= n:
                 return b"".join(out), "compressed file ended before the end-of-stream marker was reached"
             chunk = data[pos:pos + GUNZIP_STEP]
-            before = d.copy()
             try:
                 piece = d.decompress(chunk)
             except zlib.error as e:
-                # Inflate the piece again a byte at a time to keep all the text before the fault.
-                for i in range(len(chunk)):
-                    try:
-                        out.append(before.decompress(chunk[i:i + 1]))
-                    except zlib.error:
-                        break
-                return b"".join(out), f"corrupt gzip data: {e}"
+                dropped = sum(map(len, out[kept:]))
+                del out[kept:]
+                return b"".join(out), (f"corrupt gzip data in member {members} ({e}); its {dropped} bytes "
+                                       "of text inflated before the error are not used")
             pos += len(chunk)
             total += len(piece)
             if total > limit:

@@ -158,3 +158,37 @@ def test_relative_paths_are_ours_not_the_workers(fleet: Path, scheduler: str, tm
     cache = os.path.join(os.path.relpath(tmp_path, fleet.parent), "cache")
     assert _run([rel], scheduler=scheduler, cache_dir=cache) == local
     assert list((tmp_path / "cache").glob("*.parquet"))
+
+
+def test_a_server_that_is_not_dask_fails_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listener that accepts and never answers (an HTTP server, say) never completes Dask's
+    handshake: a Client alone waits for ever; the probe gives up after the connect timeout."""
+    import threading
+    import time
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    held = []
+    threading.Thread(target=lambda: held.append(srv.accept()), daemon=True).start()
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1.0)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(cluster.ClusterError, match="no Dask scheduler answered .* within 1 s"):
+            cluster.DaskPool(f"tcp://127.0.0.1:{srv.getsockname()[1]}")
+    finally:
+        srv.close()
+    assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("address", ["bogus://x", "tcp://", "http://127.0.0.1:8786"])
+def test_a_malformed_address_ends_at_once(fleet: Path, address: str) -> None:
+    """No Client is made for it (a half-made Client stalls the exit for a minute)."""
+    import subprocess
+    import time
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "nodewarden", "events", str(fleet), "--no-cache", "--scheduler", address],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == exitcodes.USAGE
+    assert f"cannot reach the Dask scheduler at {address}" in r.stderr
+    assert "Exception ignored" not in r.stderr and r.stdout == ""
+    assert time.monotonic() - t0 < 20

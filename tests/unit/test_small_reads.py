@@ -82,22 +82,36 @@ def test_gunzip_keeps_everything_a_truncated_archive_holds() -> None:
         assert a.startswith(text) and len(text) > 0
 
 
-def test_gunzip_keeps_the_text_before_corrupt_data() -> None:
-    a = log_text(20_000, 4)
+def test_a_corrupt_member_gives_no_text() -> None:
+    """Inflate turns damage into plausible lines before zlib notices (often only at the CRC): the
+    damaged member's text is not used; the members before it are (their CRCs held)."""
+    good, a = log_text(3000, 6), log_text(20_000, 4)
     z = bytearray(gzip.compress(a, compresslevel=1))
-    # An invalid block type (3) in the middle of the deflate stream is a data error: set the BTYPE
-    # bits of the byte where zlib first stops; the text before it must be kept.
-    z[len(z) // 2] = 0xFF
-    text, error = K.gunzip(bytes(z))
-    assert error is not None and error.startswith("corrupt gzip data")
-    # Inflate decodes some garbage before it sees the error; all the text before that is kept.
-    same = next((i for i, (x, y) in enumerate(zip(text, a)) if x != y), min(len(text), len(a)))
-    assert same > len(a) // 3
-    # a bad CRC is found only after the whole member: then all of its text is kept
+    z[len(z) // 2] ^= 0xFF
+    text, error = K.gunzip(gzip.compress(good) + bytes(z))
+    assert text == good
+    assert error.startswith("corrupt gzip data in member 2") and "not used" in error
+    # a bad CRC alone (the text itself intact) is treated alike: nothing says which part is bad
     z = bytearray(gzip.compress(a))
     z[-6] ^= 0xFF
     text, error = K.gunzip(bytes(z))
-    assert text == a and "incorrect data check" in error
+    assert text == b"" and "incorrect data check" in error
+
+
+def test_a_corrupt_archive_gives_no_false_events(tmp_path: Path) -> None:
+    """The corrupt member's lines would parse as garbage and mangled Xids: none is kept, the
+    file is named, and the member before it is counted."""
+    first = log_text(2000, 7)
+    z = bytearray(gzip.compress(log_text(20_000, 8), compresslevel=1))
+    z[len(z) // 2] ^= 0xFF
+    p = tmp_path / "kern.log.3.gz"
+    p.write_bytes(gzip.compress(first) + bytes(z))
+    with pytest.raises(K.InputError) as exc:
+        K.read_file(K.LogFile(p, "node01"))
+    assert str(p) in str(exc.value) and "corrupt gzip data" in str(exc.value)
+    kept = exc.value.events
+    assert len(kept) == first.count(b"NVRM: Xid") + first.count(b"Machine Check:")
+    assert all(e.kind in ("xid", "mce") for e in kept)
 
 
 def test_gunzip_refuses_past_its_limit() -> None:
@@ -121,18 +135,24 @@ def test_an_archive_that_expands_past_the_limit_is_streamed(tmp_path: Path, monk
 
 
 def test_walk_order_hosts_and_stat(tmp_path: Path) -> None:
+    root = tmp_path / "fleet"
     files = ["node02/kern.log", "node02/kern.log.1", "node02/kern.log.10.gz", "node02/kern.log.2.gz",
              "node01/syslog", "node01/sub/kern.log", "node01/a.log", "node10/messages-20240108",
              "node10/messages-20240101.gz", "node10/messages", "rack7.log", ".hidden/kern.log",
              "node01/.swp", "cache.parquet"]
     for f in files:
-        p = tmp_path / f
+        p = root / f
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"x" * len(f))
-    os.symlink(tmp_path / "node02", tmp_path / "node03")  # a link to a directory is not entered
-    got, errors = K.expand_paths([tmp_path])
-    assert errors == []
-    rel = [(str(f.path.relative_to(tmp_path)), f.host) for f in got]
+    (tmp_path / "elsewhere" / "n20").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "n20" / "kern.log").write_bytes(b"y" * 10)
+    os.symlink(tmp_path / "elsewhere" / "n20", root / "node20")  # a fleet of links to node dirs
+    os.symlink(root / "node02", root / "node03")  # a second name of node02: read once, as node02
+    os.symlink(root, root / "node01" / "up")  # a link back up: not entered again
+    os.mkfifo(root / "node10" / "kern.pipe")  # would block a read for ever
+    got, errors = K.expand_paths([root])
+    assert [str(e) for e in errors] == [f"{root}/node10/kern.pipe: not a regular file (FIFO, socket or device), skipped"]
+    rel = [(str(f.path.relative_to(root)), f.host) for f in got]
     assert rel == [
         ("rack7.log", "rack7"),
         ("node01/a.log", "node01"), ("node01/syslog", "node01"), ("node01/sub/kern.log", "node01"),
@@ -140,9 +160,30 @@ def test_walk_order_hosts_and_stat(tmp_path: Path) -> None:
         ("node02/kern.log.1", "node02"), ("node02/kern.log", "node02"),
         ("node10/messages-20240101.gz", "node10"), ("node10/messages-20240108", "node10"),
         ("node10/messages", "node10"),
+        ("node20/kern.log", "node20"),
     ]
     for f in got:
-        assert f.stat is not None and f.stat.st_size == len(str(f.path.relative_to(tmp_path)))
+        assert f.stat is not None and f.stat.st_size == (10 if f.host == "node20" else len(rel_name(f, root)))
+
+
+def rel_name(f: K.LogFile, root: Path) -> str:
+    return str(f.path.relative_to(root))
+
+
+def test_a_fifo_in_a_directory_does_not_block(tmp_path: Path) -> None:
+    """Read through the CLI in a child process: a FIFO found in a directory is reported, the
+    rest is read, and the command ends (it used to wait for a writer for ever)."""
+    import subprocess
+    import sys
+    d = tmp_path / "node01"
+    d.mkdir()
+    (d / "kern.log").write_text(XID.format(t=1.0, bus=4, code=79, pid=1) + "\n")
+    os.mkfifo(d / "kern.log.fifo")
+    r = subprocess.run([sys.executable, "-m", "nodewarden", "events", str(tmp_path), "--no-cache"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3
+    assert "kern.log.fifo: not a regular file" in r.stderr
+    assert r.stdout.count('"xid":79') == 1
 
 
 def test_walk_reports_an_unlistable_directory_and_goes_on(tmp_path: Path) -> None:
