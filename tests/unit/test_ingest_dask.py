@@ -20,6 +20,8 @@ from nodewarden.analysis.ingest import ingest
 from nodewarden.analysis.simulate import simulate
 from nodewarden.collectors import kernel_log
 
+from test_ingest_parallel import _run  # noqa: E402  (events as JSON lines, stats with errors)
+
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("pyarrow")
 
@@ -45,15 +47,6 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (nodes[1] / "kern.log.99.gz").write_bytes(data[: len(data) // 2])
     (nodes[2] / "kern.log.98").symlink_to(nodes[2] / "gone")
     return out
-
-
-def _run(paths: list[str], **kw) -> tuple[list[str], dict]:
-    errors: list[str] = []
-    events, stats = ingest(paths, on_error=errors.append, **kw)
-    lines = [e.to_json() for e in events]
-    d = dict(vars(stats))
-    assert d.pop("errors") == errors
-    return lines, {**d, "errors": errors}
 
 
 def test_dask_gives_the_local_result_exactly(fleet: Path, scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
