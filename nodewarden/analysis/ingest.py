@@ -5,6 +5,7 @@ stream of FaultEvents, with cross-file copies counted once and time/kind filters
 from __future__ import annotations
 
 import dataclasses
+import io
 import datetime as dt
 import json
 import os
@@ -85,7 +86,7 @@ def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogP
 
 def _journal_events(f: LogFile) -> Iterator[FaultEvent]:
     from nodewarden.collectors.kernel_log import open_log
-    with open_log(f.path) as stream:
+    with io.BufferedReader(open_log(f.path)) as stream:
         for n, line in enumerate(stream, 1):
             line = line.strip()
             if not line:

@@ -11,7 +11,6 @@ import bz2
 import dataclasses
 import datetime as dt
 import errno
-import gzip
 import io
 import logging
 import lzma
@@ -161,8 +160,108 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
     return files, errors
 
 
+class GzipText(io.RawIOBase):
+    """The text of a gzip stream of any number of members (zero padding between and after them
+    allowed, as gzip(1) and the gzip module allow), inflated as it is read.
+
+    ``member_start`` is the text offset at which the member being read began: when a member
+    turns out corrupt (bad deflate data, CRC or length mismatch, found at the latest at its
+    end), the text from there on may hold inflated damage and the caller drops it. Raises
+    EOFError when the stream ends inside a member (truncated: the text read is sound) and
+    OSError when a member is corrupt or garbage follows the last one."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__()
+        self._raw = raw
+        self._d = zlib.decompressobj(wbits=31)
+        self._fed = False  # the current member has had input
+        self._in = b""  # compressed bytes read, not yet inflated
+        self._out = b""  # inflated text not yet returned
+        self._done = False
+        self._error: BaseException | None = None
+        self._pos = 0  # text returned so far
+        self.member_start = 0
+        self.members = 1
+
+    def readable(self) -> bool:
+        return True
+
+    def tell_text(self) -> int:
+        """Text bytes inflated so far (returned or not)."""
+        return self._pos + len(self._out)
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that ended the text (EOFError: truncated; OSError: corrupt), once reached."""
+        return self._error
+
+    def read_text(self, limit: int) -> bytes | None:
+        """All the text (up to an error, kept in :attr:`error`); None past ``limit`` bytes."""
+        parts = []
+        while not self._done:
+            try:
+                self._step()
+            except (OSError, EOFError) as e:
+                self._error, self._done = e, True
+            if self._out:
+                parts.append(self._out)
+                self._pos += len(self._out)
+                self._out = b""
+                if self._pos > limit:
+                    return None
+        return b"".join(parts)
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        while not self._out and not self._done:
+            try:
+                self._step()
+            except (OSError, EOFError) as e:  # raised once the text before it has been read
+                self._error, self._done = e, True
+        if not self._out and self._error is not None:
+            raise self._error
+        k = min(len(b), len(self._out))
+        b[:k] = self._out[:k]
+        self._out = self._out[k:]
+        self._pos += k
+        return k
+
+    def _step(self) -> None:
+        if not self._in:
+            self._in = self._raw.read(GUNZIP_STEP)
+            if not self._in:
+                if self._d.eof or not self._fed:
+                    self._done = True
+                    return
+                raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        if self._d.eof:  # between members: zero padding, the next member, or garbage
+            self._in = self._in.lstrip(b"\x00")
+            if not self._in:
+                return
+            if len(self._in) < 2:
+                self._in += self._raw.read(1)
+            if self._in[:2] != b"\x1f\x8b":
+                self.member_start = self._pos + len(self._out)  # every member so far is sound
+                raise OSError("not a gzip member after the last one (trailing garbage)")
+            self._d, self._fed = zlib.decompressobj(wbits=31), False
+            self.member_start = self._pos + len(self._out)
+            self.members += 1
+        try:
+            self._out += self._d.decompress(self._in)
+        except zlib.error as e:
+            raise OSError(f"corrupt gzip data in member {self.members} ({e})") from None
+        self._fed = True
+        self._in = self._d.unused_data if self._d.eof else b""
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
 def open_log(path: Path) -> IO[bytes]:
-    """Open a log for binary reading, decompressing gzip/bzip2/xz by their magic bytes.
+    """Open a log for binary reading, decompressing gzip/bzip2/xz by their magic bytes (gzip as
+    an unbuffered GzipText: wrap it in io.BufferedReader to read lines).
 
     Raises InputError (naming the path) when it cannot be opened.
     """
@@ -173,7 +272,7 @@ def open_log(path: Path) -> IO[bytes]:
     except OSError as e:
         raise InputError(f"{path}: {e.strerror or e}") from e
     if magic[:2] == b"\x1f\x8b":
-        return gzip.GzipFile(fileobj=f)  # type: ignore[return-value]
+        return GzipText(f)  # unbuffered: all the text before a fault is handed over before the error
     if magic[:3] == b"BZh":
         return bz2.BZ2File(f)  # type: ignore[return-value]
     if magic[:6] == b"\xfd7zXZ\x00":
@@ -270,38 +369,23 @@ def gunzip(data: bytes, limit: int = SMALL_TEXT) -> tuple[bytes, str | None] | N
     A truncated archive keeps all it inflated: a cut loses nothing before it. A member that
     fails its integrity check (corrupt deflate data, CRC or length mismatch) gives no text at
     all, since inflate turns damage into plausible-looking lines up to the point where zlib
-    notices; the members before it, each checked by its own CRC, are kept."""
-    out: list[bytes] = []
-    total = 0
-    pos = 0
-    n = len(data)
-    members = 0
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        kept = len(out)
-        members += 1
-        while not d.eof:
-            if pos >= n:
-                return b"".join(out), "compressed file ended before the end-of-stream marker was reached"
-            chunk = data[pos:pos + GUNZIP_STEP]
-            try:
-                piece = d.decompress(chunk)
-            except zlib.error as e:
-                dropped = sum(map(len, out[kept:]))
-                del out[kept:]
-                return b"".join(out), (f"corrupt gzip data in member {members} ({e}); its {dropped} bytes "
-                                       "of text inflated before the error are not used")
-            pos += len(chunk)
-            total += len(piece)
-            if total > limit:
-                return None
-            out.append(piece)
-        rest = d.unused_data
-        pos -= len(rest)  # back to the first byte after this member
-        if pos >= n or not data[pos:].strip(b"\x00"):  # the end, or gzip's zero padding
-            return b"".join(out), None
-        if data[pos:pos + 2] != b"\x1f\x8b":
-            return b"".join(out), "not a gzip member after the last one (trailing garbage)"
+    notices; the members before it, each checked by its own CRC, are kept (see GzipText)."""
+    r = GzipText(io.BytesIO(data))
+    text = r.read_text(limit)
+    if text is None:
+        return None
+    if r.error is None:
+        return text, None
+    if isinstance(r.error, EOFError):
+        return text, str(r.error)
+    return text[:r.member_start], drop_note(r.error, len(text) - r.member_start)
+
+
+def drop_note(e: BaseException, dropped: int) -> str:
+    """Why a corrupt member's text was dropped (for the message naming the file)."""
+    if "trailing garbage" in str(e):
+        return str(e)
+    return f"{e}; its {dropped} bytes of text inflated before the error are not used"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,7 +529,9 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
             return events, parser
     stream = open_log(f.path)
     workers = min(_CPUS, 8)
-    if split and isinstance(stream, io.BufferedReader) and workers > 1:
+    gz = stream if isinstance(stream, GzipText) else None
+    plain = isinstance(stream, io.BufferedReader)
+    if split and plain and workers > 1:
         size = os.fstat(stream.fileno()).st_size
         if size >= PARALLEL_MIN_BYTES:
             stream.close()
@@ -456,13 +542,18 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
     events: list[FaultEvent] = []
     try:
         with stream:
-            # Compressed input is read in small steps: a truncated file then loses at most one step.
-            small = None if isinstance(stream, io.BufferedReader) else COMPRESSED_READ
+            # bzip2/xz input is read in small steps: a truncated file then loses at most one step.
+            small = None if plain or gz is not None else COMPRESSED_READ
             events.extend(events_from_stream(stream, parser, ctx, max_read=small))
         return events, parser
     except (OSError, EOFError, lzma.LZMAError) as e:
         events.extend(parser.flush())
-        raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {e}",
+        reason = str(e)
+        if gz is not None and isinstance(e, OSError):  # a corrupt member: none of its text is used
+            cut = gz.member_start
+            events = [ev for ev in events if ev.origin is None or ev.origin < cut]
+            reason = drop_note(e, gz.tell_text() - cut)
+        raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {reason}",
                          events, parser) from e
 
 

@@ -7,6 +7,7 @@ streaming reader, and a damaged archive must keep what precedes the damage. Dire
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import random
 import zlib
@@ -98,9 +99,11 @@ def test_a_corrupt_member_gives_no_text() -> None:
     assert text == b"" and "incorrect data check" in error
 
 
-def test_a_corrupt_archive_gives_no_false_events(tmp_path: Path) -> None:
+@pytest.mark.parametrize("small", [True, False], ids=["whole", "streamed"])
+def test_a_corrupt_archive_gives_no_false_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool) -> None:
     """The corrupt member's lines would parse as garbage and mangled Xids: none is kept, the
-    file is named, and the member before it is counted."""
+    file is named, and the member before it is counted; read whole or streamed (large files)."""
+    monkeypatch.setattr(K, "SMALL_FILE", 1 << 30 if small else -1)
     first = log_text(2000, 7)
     z = bytearray(gzip.compress(log_text(20_000, 8), compresslevel=1))
     z[len(z) // 2] ^= 0xFF
@@ -112,6 +115,36 @@ def test_a_corrupt_archive_gives_no_false_events(tmp_path: Path) -> None:
     kept = exc.value.events
     assert len(kept) == first.count(b"NVRM: Xid") + first.count(b"Machine Check:")
     assert all(e.kind in ("xid", "mce") for e in kept)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_streamed_gzip_text_is_gzips(seed: int) -> None:
+    """GzipText reads what the gzip module reads: any number of members, empty ones, zero
+    padding between and after them, read in pieces of any size."""
+    rnd = random.Random(seed)
+    parts = [log_text(rnd.randrange(0, 3000), seed * 10 + i) for i in range(rnd.randrange(1, 5))]
+    data = b"".join(gzip.compress(x) + b"\0" * rnd.choice((0, 0, 1, 700)) for x in parts)
+    r = K.GzipText(io.BytesIO(data))
+    got = bytearray()
+    while chunk := r.read(rnd.choice((1, 100, 4096, 1 << 20))):
+        got += chunk
+    assert bytes(got) == gzip.decompress(data) == b"".join(parts)
+    assert K.gunzip(data) == (b"".join(parts), None)
+
+
+def test_streamed_truncated_gzip_keeps_all_it_inflated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(K, "SMALL_FILE", -1)
+    data = log_text(20_000, 9)
+    z = gzip.compress(data)
+    p = tmp_path / "kern.log.2.gz"
+    p.write_bytes(z[: len(z) * 2 // 3])
+    with pytest.raises(K.InputError) as exc:
+        K.read_file(K.LogFile(p, "node01"))
+    text = zlib.decompressobj(wbits=31).decompress(z[: len(z) * 2 // 3])
+    complete = text[: text.rfind(b"\n") + 1]
+    want = complete.count(b"NVRM: Xid") + complete.count(b"Machine Check:")
+    assert want - 1 <= len(exc.value.events) <= want + 1  # the cut line: an Xid whose code was written
+    assert "ended before the end-of-stream marker" in str(exc.value)
 
 
 def test_gunzip_refuses_past_its_limit() -> None:
@@ -198,3 +231,21 @@ def test_walk_reports_an_unlistable_directory_and_goes_on(tmp_path: Path) -> Non
         (tmp_path / "b").chmod(0o755)
     assert [f.path.name for f in got] == ["kern.log"]
     assert len(errors) == 1 and "cannot list directory" in str(errors[0])
+
+
+def test_gzipped_agent_journal_reads_line_by_line(tmp_path: Path) -> None:
+    """Agent journals rotated and gzipped (events-YYYY-MM-DD.jsonl.gz) give the events they hold;
+    a malformed line is skipped, the others kept."""
+    import json
+
+    from nodewarden.analysis.ingest import ingest
+    log = tmp_path / "kern.log"
+    log.write_bytes(log_text(3000, 11))
+    evs, _ = K.read_file(K.LogFile(log, "node01"))
+    lines = [json.dumps(e.to_dict()) for e in evs]
+    lines.insert(len(lines) // 2, "{not json")
+    j = tmp_path / "journal" / "events-2024-01-01.jsonl.gz"
+    j.parent.mkdir()
+    j.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    got, stats = ingest([str(j)])
+    assert [e.to_dict() for e in got] == [e.to_dict() for e in evs] and len(evs) > 100
