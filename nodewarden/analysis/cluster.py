@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from nodewarden.workers import ignore_sigint, stop, wait
+
 CONNECT_TIMEOUT_S = 30.0  # how long to wait for the scheduler to answer
 
 
@@ -22,25 +24,31 @@ class ClusterError(Exception):
 
 
 class ProcessPool:
-    """``jobs`` local worker processes (fork)."""
+    """``jobs`` local worker processes (fork). A worker that dies (killed, out of memory) ends
+    the run with ClusterError instead of leaving its task waited for ever."""
 
     def __init__(self, jobs: int) -> None:
-        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
         self.slots = jobs
-        self._pool = multiprocessing.get_context("fork").Pool(jobs)
+        self._pool = ProcessPoolExecutor(jobs, mp_context=get_context("fork"), initializer=ignore_sigint)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self._pool.apply_async(fn, args)
+        return self._pool.submit(fn, *args)
 
     def result(self, handle: Any) -> Any:
-        return handle.get()
+        from concurrent.futures.process import BrokenProcessPool
+        try:
+            return wait(handle)
+        except BrokenProcessPool as e:
+            raise ClusterError(f"a worker process reading the logs died ({e}); was it killed, or out of "
+                               "memory? Run again, with fewer --jobs if memory is short") from None
 
     def close(self, finished: bool) -> None:
         if finished:
-            self._pool.close()
+            self._pool.shutdown(wait=True)
         else:
-            self._pool.terminate()
-        self._pool.join()
+            stop(self._pool)
 
 
 def _probe(address: str, timeout: float) -> None:

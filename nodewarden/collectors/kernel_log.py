@@ -458,6 +458,7 @@ def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo |
 def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | None,
                    boot_time: dt.datetime | None, source: str) -> tuple[list[FaultEvent], KernelLogParser]:
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
 
     # Twice as many ranges as workers: the parent takes in the first ranges' events while the
@@ -478,12 +479,23 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
         jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == ranges - 1))
     parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
     events: list[FaultEvent] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as pool:
-        for kept, records, unparsed in pool.map(_parse_range, *zip(*jobs)):
+    from nodewarden.workers import ignore_sigint, stop, wait
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=ignore_sigint)
+    try:
+        futures = [pool.submit(_parse_range, *job) for job in jobs]
+        for fut in futures:
+            kept, records, unparsed = wait(fut)
             events.extend(kept)
             parser.stats.records += records
             parser.stats.unparsed += unparsed
             parser.stats.events += len(kept)
+    except BrokenProcessPool as e:
+        stop(pool)
+        raise OSError(f"a process parsing it died (killed, or out of memory?): {e}") from None
+    except BaseException:
+        stop(pool)
+        raise
+    pool.shutdown(wait=True)
     return events, parser
 
 

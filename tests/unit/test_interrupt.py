@@ -1,0 +1,77 @@
+"""Ctrl-C and dying workers during a parallel read: `nodewarden events/analyze --jobs 2` stops at
+once on SIGINT to its process group (as a terminal sends it), leaves no worker behind, and ends
+with a message (not a hang) when a worker process is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nodewarden.analysis.simulate import simulate
+
+psutil = pytest.importorskip("psutil")
+
+# Each parsing task is slowed down (in the forked workers too) so that the run is still reading
+# when the signal comes; KILL_IN names a directory whose task kills its own worker.
+WRAPPER = textwrap.dedent("""
+    import os, signal, sys, time
+    from nodewarden.analysis import ingest
+    real = ingest._read_group
+    def slow(files, *a, **kw):
+        if os.environ.get("KILL_IN") and files[0].path.parent.name == os.environ["KILL_IN"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(0.3)
+        return real(files, *a, **kw)
+    ingest._read_group = slow
+    from nodewarden import cli
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fleet")
+    simulate(out, nodes=40, days=20, seed=4)
+    return out
+
+
+def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", WRAPPER, *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("command", ["events", "analyze"])
+def test_ctrl_c_stops_the_run_and_its_workers(fleet: Path, command: str) -> None:
+    proc = _start([command, str(fleet), "--jobs", "2", "--no-cache"])
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 30
+    while len(parent.children()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = parent.children(recursive=True)
+    assert len(workers) >= 2
+    time.sleep(1.0)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    t0 = time.monotonic()
+    proc.wait(timeout=20)
+    assert time.monotonic() - t0 < 5
+    assert proc.returncode == 130
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive
+    assert "Traceback" not in proc.stderr.read()
+
+
+def test_a_killed_worker_ends_the_run_with_a_message(fleet: Path) -> None:
+    victim = sorted(p.name for p in fleet.iterdir() if p.is_dir())[5]
+    proc = _start(["analyze", str(fleet), "--jobs", "2", "--no-cache"], env={"KILL_IN": victim})
+    proc.wait(timeout=60)
+    err = proc.stderr.read()
+    assert proc.returncode == 3
+    assert "a worker process reading the logs died" in err and "Traceback" not in err
