@@ -23,6 +23,11 @@ class ClusterError(Exception):
     lost by the cluster. The message says which and what to do."""
 
 
+def _died(e: BaseException) -> ClusterError:
+    return ClusterError(f"a worker process reading the logs died ({e}); was it killed, or out of memory? "
+                        "Run again, with fewer --jobs if memory is short")
+
+
 class ProcessPool:
     """``jobs`` local worker processes (fork). A worker that dies (killed, out of memory) ends
     the run with ClusterError instead of leaving its task waited for ever."""
@@ -34,15 +39,18 @@ class ProcessPool:
         self._pool = ProcessPoolExecutor(jobs, mp_context=get_context("fork"), initializer=ignore_sigint)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self._pool.submit(fn, *args)
+        from concurrent.futures.process import BrokenProcessPool
+        try:
+            return self._pool.submit(fn, *args)
+        except BrokenProcessPool as e:  # a worker died since the last result
+            raise _died(e) from None
 
     def result(self, handle: Any) -> Any:
         from concurrent.futures.process import BrokenProcessPool
         try:
             return wait(handle)
         except BrokenProcessPool as e:
-            raise ClusterError(f"a worker process reading the logs died ({e}); was it killed, or out of "
-                               "memory? Run again, with fewer --jobs if memory is short") from None
+            raise _died(e) from None
 
     def close(self, finished: bool) -> None:
         if finished:

@@ -73,5 +73,5 @@ def test_a_killed_worker_ends_the_run_with_a_message(fleet: Path) -> None:
     proc = _start(["analyze", str(fleet), "--jobs", "2", "--no-cache"], env={"KILL_IN": victim})
     proc.wait(timeout=60)
     err = proc.stderr.read()
-    assert proc.returncode == 3
+    assert proc.returncode == 3, err
     assert "a worker process reading the logs died" in err and "Traceback" not in err
