@@ -39,11 +39,12 @@ def default_dir() -> Path:
     return Path(base if base else Path.home() / ".cache") / "nodewarden"
 
 
-def file_key(path: Path) -> tuple[str, int, int]:
-    """(absolute path, size, mtime_ns) of ``path``; raises OSError."""
+def file_key(path: Path, host: str | None = None) -> tuple[str, int, int, str | None]:
+    """(absolute path, size, mtime_ns, host hint) of ``path``: its events hold the host its path
+    gave (node07/kern.log read through the fleet directory or on its own); raises OSError."""
     name = os.path.abspath(path)
     st = os.stat(name)
-    return name, st.st_size, st.st_mtime_ns
+    return name, st.st_size, st.st_mtime_ns, host
 
 
 def _schema():
@@ -72,7 +73,7 @@ class EventCache:
         return self.directory / (hashlib.sha256(ident.encode()).hexdigest()[:32] + ".parquet")
 
     # -- reading -----------------------------------------------------------------------------
-    def load(self, cache_path: Path) -> dict[tuple[str, int, int], tuple[list[FaultEvent], int, int, int]]:
+    def load(self, cache_path: Path) -> dict[tuple[str, int, int, str | None], tuple[list[FaultEvent], int, int, int]]:
         """``{file key: (events, records, unparsed, parsed_ns)}`` stored in ``cache_path``; {} when
         missing, unreadable, or written for other options."""
         try:
@@ -81,15 +82,15 @@ class EventCache:
             meta = json.loads(pf.metadata.metadata[META_KEY])
             if meta.get("options") != self.options:
                 return {}
-            out: dict[tuple[str, int, int], tuple[list[FaultEvent], int, int, int]] = {}
+            out: dict[tuple[str, int, int, str | None], tuple[list[FaultEvent], int, int, int]] = {}
             by_name: dict[str, list[FaultEvent]] = {}
             for f in meta["files"]:
                 events: list[FaultEvent] = []
                 by_name[f["path"]] = events
                 if int(f["mtime_ns"]) >= int(f["parsed_ns"]) - RACY_NS:
                     continue
-                out[(f["path"], int(f["size"]), int(f["mtime_ns"]))] = (events, int(f["records"]), int(f["unparsed"]),
-                                                                            int(f["parsed_ns"]))
+                key = (f["path"], int(f["size"]), int(f["mtime_ns"]), f.get("host"))
+                out[key] = (events, int(f["records"]), int(f["unparsed"]), int(f["parsed_ns"]))
             table = pf.read(use_threads=False)
             cols = {name: table.column(name).to_pylist() for name in table.column_names}
             for i, file in enumerate(cols["file"]):
@@ -104,7 +105,7 @@ class EventCache:
 
     # -- writing -----------------------------------------------------------------------------
     def store(self, cache_path: Path,
-              entries: list[tuple[tuple[str, int, int], list[FaultEvent], int, int, int]]) -> bool:
+              entries: list[tuple[tuple[str, int, int, str | None], list[FaultEvent], int, int, int]]) -> bool:
         """Write ``entries`` ((file key, events, records, unparsed, time.time_ns() before it was
         parsed) per file) to ``cache_path`` atomically. False when they cannot be stored (no
         space, values of other types)."""
@@ -114,8 +115,8 @@ class EventCache:
             import pyarrow.parquet as pq
             cols: dict[str, list[Any]] = {name: [] for name in _schema().names}
             files = []
-            for (path, size, mtime_ns), events, records, unparsed, parsed_ns in entries:
-                files.append({"path": path, "size": size, "mtime_ns": mtime_ns, "records": records,
+            for (path, size, mtime_ns, host), events, records, unparsed, parsed_ns in entries:
+                files.append({"path": path, "size": size, "mtime_ns": mtime_ns, "host": host, "records": records,
                               "unparsed": unparsed, "parsed_ns": parsed_ns})
                 for e in events:
                     d = e.to_dict()
@@ -130,9 +131,11 @@ class EventCache:
             pq.write_table(table, tmp, compression="zstd")
             os.replace(tmp, cache_path)
             return True
-        except Exception:
+        except BaseException as e:  # Ctrl-C too: no temporary file is left behind
             try:
                 tmp.unlink()
             except OSError:
                 pass
+            if not isinstance(e, Exception):
+                raise
             return False

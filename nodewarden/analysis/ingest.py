@@ -142,7 +142,7 @@ def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | N
         if cache is not None:
             from nodewarden.analysis.cache import file_key
             try:
-                key = file_key(f.path)
+                key = file_key(f.path, f.host)
             except OSError:
                 key = None
             hit = stored.get(key) if key is not None else None
@@ -315,11 +315,12 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                     if not counted:
                         continue
                     stats.files += 1
+                    scope = input_id if input_id == "-" else os.path.dirname(os.path.abspath(input_id))
                     if records is not None:
                         stats.records += records
                         stats.unparsed += unparsed
                     for e in events:
-                        if deduper is not None and not deduper.accept(e, input_id):
+                        if deduper is not None and not deduper.accept(e, input_id, scope):
                             stats.copies_dropped += 1
                             continue
                         if filters.match(e):

@@ -128,10 +128,22 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
     are read depth first in name order, a directory's files before its sub-directories; rotated
     sets oldest first; symbolic links to directories are followed, each directory read once.
     Hidden files and the Parquet cache are skipped; FIFOs, sockets and devices found in a
-    directory are reported and skipped (given by name, ``/dev/kmsg`` or a pipe is read).
+    directory are reported and skipped (given by name, ``/dev/kmsg`` or a pipe is read). A file
+    reached twice (given twice, inside a directory also given, or through a link) is read once.
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
+    seen: set[tuple[int, int]] = set()  # (device, inode) of the files taken: each read once
+
+    def first_time(st: os.stat_result | None) -> bool:
+        if st is None:
+            return True
+        ident = (st.st_dev, st.st_ino)
+        if ident in seen:
+            return False
+        seen.add(ident)
+        return True
+
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
@@ -152,9 +164,15 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
                         # A FIFO would block the read for ever; a device or socket is no log file.
                         errors.append(InputError(f"{e.path}: not a regular file (FIFO, socket or device), skipped"))
                         continue
-                    files.append(LogFile(Path(e.path), sub if sub is not None else _host_from_name(name), st))
+                    if first_time(st):
+                        files.append(LogFile(Path(e.path), sub if sub is not None else _host_from_name(name), st))
         elif p.exists() or p.is_symlink():
-            files.append(LogFile(p, None))
+            try:
+                st = os.stat(p)
+            except OSError:
+                st = None
+            if first_time(st if st is not None and stat.S_ISREG(st.st_mode) else None):
+                files.append(LogFile(p, None))
         else:
             errors.append(InputError(f"{p}: no such file or directory"))
     return files, errors

@@ -31,8 +31,11 @@ class CopyDeduper:
         self._ptr: dict[tuple, int] = {}
         self.dropped = 0
 
-    def accept(self, e: FaultEvent, input_id: str) -> bool:
-        base = (e.host, e.kind, " ".join(e.message.split()))
+    def accept(self, e: FaultEvent, input_id: str, scope: str | None = None) -> bool:
+        """``scope`` stands for the host when the event names none (the input's directory): two
+        host-less files are copies of one log only when they lie side by side, never when they
+        are two nodes' ``dmesg.log``."""
+        base = (e.host if e.host is not None else ("scope", scope), e.kind, " ".join(e.message.split()))
         wall = e.time.timestamp() if e.time is not None else None
         mono = e.monotonic
         keys: list[tuple] = []

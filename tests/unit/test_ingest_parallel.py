@@ -154,18 +154,19 @@ def test_cache_rebuilds_events_exactly(tmp_path: Path) -> None:
         FaultEvent(kind="gpu_ecc", message="", raw=""),
     ]
     cache = EventCache(tmp_path, tz="UTC")
-    key = (str(tmp_path / "log"), 10, 123)
+    key = (str(tmp_path / "log"), 10, 123, "node07")
     path = tmp_path / "x.parquet"
     now = time.time_ns()
-    racy = (str(tmp_path / "racy"), 5, now - 1000)  # modified as it was parsed: never trusted
-    assert cache.store(path, [(key, events, 7, 1, now), ((str(tmp_path / "empty"), 0, 1), [], 3, 0, now),
+    racy = (str(tmp_path / "racy"), 5, now - 1000, None)  # modified as it was parsed: never trusted
+    assert cache.store(path, [(key, events, 7, 1, now), ((str(tmp_path / "empty"), 0, 1, None), [], 3, 0, now),
                               (racy, events, 1, 0, now)])
     loaded = cache.load(path)
     got, records, unparsed, _ = loaded[key]
     assert (records, unparsed) == (7, 1)
     assert [e.to_json() for e in got] == [e.to_json() for e in events]
     assert got == events
-    assert loaded[(str(tmp_path / "empty"), 0, 1)] == ([], 3, 0, now)
+    assert loaded[(str(tmp_path / "empty"), 0, 1, None)] == ([], 3, 0, now)
+    assert key[:3] + (None,) not in loaded  # the same file read with another host hint
     assert racy not in loaded
     assert EventCache(tmp_path, tz="Asia/Tokyo").load(path) == {}
 
@@ -194,3 +195,50 @@ def test_relative_and_absolute_paths_keep_their_own_origin(fleet: Path, tmp_path
     relative = _run([node.name], cache_dir=cache)
     assert relative == _run([node.name])
     assert absolute == _run([str(node)], cache_dir=cache)
+
+
+# -- inputs named in several ways ---------------------------------------------------------------
+
+XID79 = "NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus."
+
+
+def _hostless_nodes(root: Path) -> list[str]:
+    """Three nodes' dmesg -T logs (no host in the lines) with the same fault at the same second."""
+    out = []
+    for n in ("node01", "node02", "node03"):
+        d = root / n
+        d.mkdir(parents=True)
+        (d / "dmesg.log").write_text(f"[Fri Mar  1 10:00:00 2024] {XID79}\n")
+        out.append(str(d))
+    return out
+
+
+def test_host_less_logs_of_different_nodes_are_not_copies(tmp_path: Path) -> None:
+    nodes = _hostless_nodes(tmp_path)
+    for paths in (nodes, [n + "/dmesg.log" for n in nodes], [str(tmp_path)]):
+        lines, stats = _run(paths, jobs=1)
+        assert (len(lines), stats["copies_dropped"]) == (3, 0), paths
+    # two host-less files side by side are one log's copies
+    (tmp_path / "node01" / "kern.log").write_text(f"[Fri Mar  1 10:00:00 2024] {XID79}\n")
+    lines, stats = _run([str(tmp_path)], jobs=1)
+    assert (len(lines), stats["copies_dropped"]) == (3, 1)
+
+
+def test_a_file_reached_twice_is_read_once(tmp_path: Path) -> None:
+    nodes = _hostless_nodes(tmp_path)
+    once = _run([str(tmp_path)], jobs=1)
+    for paths in ([str(tmp_path), str(tmp_path)], [str(tmp_path), nodes[0] + "/dmesg.log"],
+                  [str(tmp_path), str(tmp_path) + "/"], [nodes[0], nodes[0] + "/dmesg.log", str(tmp_path)]):
+        lines, stats = _run(paths, jobs=1)
+        assert len(lines) == 3 and stats["files"] == 3 and stats["copies_dropped"] == 0, paths
+
+
+def test_cache_keeps_the_host_the_path_gave(tmp_path: Path) -> None:
+    nodes = _hostless_nodes(tmp_path / "fleet")
+    cache = tmp_path / "cache"
+    alone = _run([nodes[0] + "/dmesg.log"], cache_dir=cache)
+    assert '"host":null' in alone[0][0]
+    through_fleet = _run([str(tmp_path / "fleet")], cache_dir=cache)
+    assert through_fleet == _run([str(tmp_path / "fleet")])  # as without a cache
+    assert '"host":"node01"' in through_fleet[0][0]
+    assert _run([nodes[0] + "/dmesg.log"], cache_dir=cache) == alone
