@@ -8,15 +8,16 @@ import dataclasses
 import io
 import datetime as dt
 import json
+import math
 import os
 import stat
 import sys
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from nodewarden.collectors.kernel_log import InputError, LogFile, events_from_stream, expand_paths, read_file
-from nodewarden.events import FaultEvent
+from nodewarden.events import KINDS, FaultEvent
 from nodewarden.parsing.dedupe import CopyDeduper
 from nodewarden.parsing.envelope import TimeContext
 from nodewarden.parsing.stream import KernelLogParser
@@ -84,17 +85,60 @@ def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogP
     return events, parser
 
 
-def _journal_events(f: LogFile) -> Iterator[FaultEvent]:
+_JOURNAL_STR = ("host", "message", "raw", "device", "category", "source", "time", "raw_time", "time_kind")
+_JOURNAL_INT = ("xid", "code", "pid")
+
+
+def journal_event(d: Any) -> FaultEvent | None:
+    """The event of one agent-journal record (a decoded JSON line), or None when it is not one:
+    not an object, an unknown kind, a field of the wrong type or out of range, a bad time."""
+    if not isinstance(d, dict) or d.get("kind") not in KINDS:
+        return None
+    if any(d.get(k) is not None and not isinstance(d[k], str) for k in _JOURNAL_STR):
+        return None
+    for k in _JOURNAL_INT:
+        v = d.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 31):
+            return None
+    mono = d.get("monotonic")
+    if mono is not None and (isinstance(mono, bool) or not isinstance(mono, (int, float)) or not math.isfinite(mono)):
+        return None
+    if d.get("attrs") is not None and not isinstance(d["attrs"], dict):
+        return None
+    try:
+        return FaultEvent.from_dict(d)
+    except (ValueError, KeyError, TypeError, OverflowError):
+        return None
+
+
+def _journal_events(f: LogFile) -> tuple[list[FaultEvent], Any]:
+    """Events of an agent journal (JSON lines, maybe gzipped) and counts (``stats.records``
+    lines, ``stats.unparsed`` lines that are no event: counted and skipped, never fatal). Raises
+    InputError, with the events read, when the file cannot be read to its end."""
+    from types import SimpleNamespace
+
     from nodewarden.collectors.kernel_log import open_log
-    with io.BufferedReader(open_log(f.path)) as stream:
-        for n, line in enumerate(stream, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield FaultEvent.from_dict(json.loads(line))
-            except (ValueError, KeyError, TypeError):
-                continue
+    events: list[FaultEvent] = []
+    counts = SimpleNamespace(stats=SimpleNamespace(records=0, unparsed=0))
+    try:
+        with io.BufferedReader(open_log(f.path)) as stream:
+            for line in stream:
+                line = line.strip()
+                if not line:
+                    continue
+                counts.stats.records += 1
+                try:
+                    e = journal_event(json.loads(line))
+                except ValueError:  # not JSON (a cut last line, garbage)
+                    e = None
+                if e is None:
+                    counts.stats.unparsed += 1
+                else:
+                    events.append(e)
+    except (OSError, EOFError) as e:
+        raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {e}",
+                         events, counts) from e  # type: ignore[arg-type]
+    return events, counts
 
 
 _Result = tuple  # (input_id, events, records | None, unparsed | None, error | None, counted)
@@ -136,7 +180,7 @@ def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | N
     for f in files:
         input_id = str(f.path)
         if _is_journal(f.path):
-            out.append(_run_source(input_id, lambda f=f: (list(_journal_events(f)), None)))
+            out.append(_run_source(input_id, lambda f=f: _journal_events(f)))
             continue
         key = None
         if cache is not None:

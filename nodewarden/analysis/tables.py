@@ -19,6 +19,8 @@ and ``ib_flash_cut`` events of agent journals. A journal cut of the same host an
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pathlib import Path
 from typing import Iterable
 
@@ -42,11 +44,21 @@ def events_frame(events: Iterable[FaultEvent]) -> pd.DataFrame:
     """One row per event: time (UTC, NaT when unknown), host, kind, xid (nullable Int64),
     category, device, pci_bus_id, source."""
     rows = [
-        (e.time, e.host, e.kind, e.code if e.kind == XID else None, e.category, e.device, e.pci_bus_id, e.source,
-         _count(e))
+        (_frame_time(e.time), e.host, e.kind, e.code if e.kind == XID else None, e.category, e.device, e.pci_bus_id,
+         e.source, _count(e))
         for e in events
     ]
     return make_frame(rows)
+
+
+# pandas' nanosecond timestamps span 1677-09-22 .. 2262-04-11: a time outside is a clock gone
+# wrong; the event is kept, as one without a time.
+_T_MIN = dt.datetime(1677, 9, 23, tzinfo=dt.timezone.utc)
+_T_MAX = dt.datetime(2262, 4, 10, tzinfo=dt.timezone.utc)
+
+
+def _frame_time(t: dt.datetime | None) -> dt.datetime | None:
+    return t if t is not None and _T_MIN <= t <= _T_MAX else None
 
 
 def make_frame(rows: Iterable[tuple]) -> pd.DataFrame:
@@ -64,7 +76,7 @@ def make_frame(rows: Iterable[tuple]) -> pd.DataFrame:
 def _count(e: FaultEvent) -> int | None:
     """Errors one event stands for: EDAC's ``N CE`` count for cpu_ecc, else None (one)."""
     n = e.attrs.get("count") if e.kind == ev.CPU_ECC else None
-    return int(n) if isinstance(n, (int, float)) and n >= 1 else None
+    return int(n) if isinstance(n, (int, float)) and 1 <= n <= 1 << 31 else None
 
 
 def table6_xid_counts(df: pd.DataFrame) -> pd.DataFrame:

@@ -13,6 +13,7 @@ from typing import Any
 EDAC_RE = re.compile(
     r"EDAC (?:[\w-]+ )?MC(?P<mc>\d+): (?P<count>\d+) (?P<type>CE|UE|Fatal|Deferred)\b(?P<what>[^()]*?)"
     r" on (?P<label>[^\s()]+)(?:\s*\((?P<details>.*)\))?\s*$")
+MAX_COUNT = 1 << 31  # the kernel reports a u16 error count per line: past this a line is mangled
 EDAC_HINT_RE = re.compile(r"EDAC\b.*\bMC\d+: \d+ (?:CE|UE)\b")
 # The machine-check decode some EDAC drivers (sb_edac, skx_common) print before the error line:
 # "EDAC sbridge MC0: CPU 0: Machine Check Event: 0 Bank 5: 8c00004000010092", then "ADDR 849923380",
@@ -66,7 +67,7 @@ def parse_edac(message: str) -> dict[str, Any] | None:
     ``details`` (the key:value list, strings as printed) and ``flags`` (e.g. ``OVERFLOW``).
     """
     m = EDAC_RE.search(message)
-    if not m:
+    if not m or int(m.group("count")) > MAX_COUNT:  # a count no controller reports: mangled (unparsed)
         return None
     typ = m.group("type")
     what = m.group("what").strip()

@@ -165,14 +165,17 @@ def _offset(text: str | None, default: dt.tzinfo) -> dt.tzinfo:
         return UTC
     sign = 1 if text[0] == "+" else -1
     digits = text[1:].replace(":", "")
-    minutes = int(digits[:2]) * 60 + int(digits[2:4])
-    return dt.timezone(sign * dt.timedelta(minutes=minutes))
+    minutes = int(digits[:2]) * 60 + int(digits[2:4] or 0)
+    try:
+        return dt.timezone(sign * dt.timedelta(minutes=minutes))
+    except ValueError:  # "+99:00": no such offset; the stamp is read in the default zone
+        return default
 
 
 def _wall(y: int, mo: int, d: int, h: int, mi: int, s: int, us: int, tz: dt.tzinfo) -> dt.datetime | None:
     try:
         return dt.datetime(y, mo, d, h, mi, s, us, tzinfo=tz).astimezone(UTC)
-    except ValueError:
+    except (ValueError, OverflowError):  # no such date, or out of datetime's range in UTC
         return None
 
 
@@ -191,7 +194,10 @@ def infer_year(month: int, day: int, h: int, mi: int, s: int, us: int, ctx: Time
 def _mono_to_wall(mono: float, ctx: TimeContext) -> dt.datetime | None:
     if ctx.boot_time is None:
         return None
-    return ctx.boot_time + dt.timedelta(seconds=mono)
+    try:
+        return ctx.boot_time + dt.timedelta(seconds=mono)
+    except (OverflowError, ValueError):  # a monotonic stamp no boot can reach
+        return None
 
 
 def unescape_kmsg(text: str) -> str:

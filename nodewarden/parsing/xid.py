@@ -18,6 +18,8 @@ from nodewarden.parsing.pci import normalize_pci
 # ("diff:371;NVRM: Xid ..."), and hand transcriptions drop the colon ("NVRM Xid (...) : 32").
 XID_RE = re.compile(
     r"NVRM:?\s*Xid\s*\((?P<inner>[^)]*)\)\s*:\s*(?P<xid>-?\d+)\b,?\s*(?P<rest>.*)", re.S)
+# NVIDIA's codes run to the low hundreds; a code past this is a mangled line, never an Xid.
+MAX_XID = 9999
 # Something that mentions an Xid but did not match XID_RE: counted as unparsed.
 XID_HINT_RE = re.compile(r"NVRM:?\s*Xid\b")
 _INNER = re.compile(
@@ -107,7 +109,7 @@ def parse_xid(message: str) -> dict[str, Any] | None:
     ``rpc_timeout_s``, ``gsp``, ``recovery_from``/``recovery_to``.
     """
     m = XID_RE.search(message)
-    if not m:
+    if not m or not 0 <= int(m.group("xid")) <= MAX_XID:  # out of range: a mangled line (unparsed)
         return None
     out: dict[str, Any] = {"xid": int(m.group("xid"))}
     mi = _INNER.match(m.group("inner").strip())
@@ -278,5 +280,7 @@ def parse_device_plugin(message: str) -> dict[str, Any] | None:
     """k8s-device-plugin ``XidCriticalError: Xid=69 on Device=GPU-...``; None for the 999 sentinel."""
     m = DEVICE_PLUGIN_RE.search(message)
     if not m or m.group("xid") == "999":
+        return None
+    if int(m.group("xid")) > MAX_XID:
         return None
     return {"xid": int(m.group("xid")), "gpu_uuid": m.group("dev")}

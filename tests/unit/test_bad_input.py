@@ -308,3 +308,29 @@ def test_ingest_filters_match_the_cli(tmp_path: Path) -> None:
     events, stats = ingest([str(path)], filters=Filters(since=since, kinds=frozenset({"xid", "cpu_ecc"})))
     assert [(e.kind, e.code) for e in events] == [("cpu_ecc", None), ("xid", 79)]
     assert stats.events == 2
+
+
+OUT_OF_RANGE = """\
+2024-03-01T10:00:00+99:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.
+9999-12-31T23:59:59-05:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.
+0001-01-01T00:00:00+05:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.
+[99999999999999.123456] NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.
+2300-01-01T00:00:00+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.
+2300-01-01T00:00:10+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 48, pid=1, name=x, An uncorrectable double bit error
+2024-03-01T10:00:00+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 99999999999999999999, pid=1, name=x, bad
+2024-03-01T10:00:00+00:00 node01 kernel: EDAC MC0: 18446744073709551616 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0)
+"""
+
+
+def test_out_of_range_stamps_and_numbers_are_no_crash(tmp_path: Path, capsys) -> None:
+    """Dates past datetime's or pandas' range, impossible offsets, huge monotonic stamps, Xid
+    codes and EDAC counts no driver prints: the event keeps no time, or the line is unparsed;
+    events and analyze go on."""
+    p = write(tmp_path / "odd.log", OUT_OF_RANGE)
+    rc = cli.main(["events", str(p), "--no-cache", "--boot-time", "2024-01-01"])
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rc == exitcodes.OK
+    assert [(e["kind"], e["xid"]) for e in out] == [("xid", 79)] * 5 + [("xid", 48), ("unparsed", None), ("unparsed", None)]
+    assert [e["time"] for e in out[1:4]] == [None, None, None]
+    assert cli.main(["analyze", str(p), "--no-cache", "--out", str(tmp_path / "r")]) == exitcodes.OK
+    assert "events without a time: 5" in (tmp_path / "r" / "report.md").read_text()

@@ -249,3 +249,29 @@ def test_gzipped_agent_journal_reads_line_by_line(tmp_path: Path) -> None:
     j.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     got, stats = ingest([str(j)])
     assert [e.to_dict() for e in got] == [e.to_dict() for e in evs] and len(evs) > 100
+
+
+def test_malformed_journal_records_are_counted_and_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from nodewarden.analysis.ingest import ingest
+    from nodewarden.cli import main
+    good = {"kind": "xid", "time": "2024-03-01T10:00:00Z", "host": "node01", "xid": 79, "message": "m", "raw": "r"}
+    bad = ['[]', '"x"', '123', 'null', '{not json', '{"kind":"xid","time":123}', '{"kind":"nosuch"}',
+           json.dumps(dict(good, time="9999-12-31T23:59:59-05:00")), json.dumps(dict(good, xid="abc")),
+           json.dumps(dict(good, xid=99999999999999999999999)), json.dumps(dict(good, xid=1.5)),
+           json.dumps(dict(good, host=5)), json.dumps(dict(good, monotonic="1")), json.dumps(dict(good, attrs=[1]))]
+    j = tmp_path / "events-2024-03-01.jsonl"
+    j.write_text("\n".join([json.dumps(good)] + bad + [json.dumps(dict(good, host="node02"))]) + "\n")
+    got, stats = ingest([str(j)])
+    assert [(e.host, e.code) for e in got] == [("node01", 79), ("node02", 79)]
+    assert (stats.unparsed, stats.records, stats.errors) == (len(bad), len(bad) + 2, [])
+    assert main(["analyze", str(j), "--no-cache", "--out", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    # a gzipped journal cut short keeps what it holds and names the file
+    z = gzip.compress((json.dumps(good) + "\n").encode() * 2000)
+    jz = tmp_path / "events-2024-03-02.jsonl.gz"
+    jz.write_bytes(z[: len(z) // 2])
+    got, stats = ingest([str(jz)])
+    got = list(got)
+    assert len(got) > 100 and len(stats.errors) == 1 and str(jz) in stats.errors[0]
