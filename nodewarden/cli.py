@@ -20,12 +20,34 @@ def _time_arg(text: str) -> dt.datetime:
     """``2024-03-01``, ``2024-03-01T12:00``, ``2024-03-01T12:00:00Z`` or with an offset; naive is UTC."""
     try:
         return parse_iso_utc(text)
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"not an ISO 8601 date/time: {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"not a positive whole number: {text!r}")
+    return n
+
+
+def _seconds_arg(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = -1.0
+    if not 0 <= x <= 366 * 86400:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"not a number of seconds from 0 to a year: {text!r}")
+    return x
 
 
 def _kinds_arg(text: str) -> frozenset[str]:
     kinds = frozenset(k.strip() for k in text.split(",") if k.strip())
+    if not kinds:
+        raise argparse.ArgumentTypeError("no kind given")
     unknown = kinds - set(KINDS)
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown kind(s) {', '.join(sorted(unknown))}; known: {', '.join(KINDS)}")
@@ -83,9 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--hosts", help="comma-separated hosts to include")
     an.add_argument("--paper-tables", metavar="DIR",
                     help="directory of the paper's tables as CSV (table6_xid_counts.csv, ...) to compare with")
-    an.add_argument("--nodes", type=int, metavar="N",
+    an.add_argument("--nodes", type=_positive_int, metavar="N",
                     help="fleet size for the fleet MTBF (default: the hosts seen in the data)")
-    an.add_argument("--window", type=float, default=60.0, metavar="SECONDS",
+    an.add_argument("--window", type=_seconds_arg, default=60.0, metavar="SECONDS",
                     help="window of faults that come together on one host (default 60)")
     an.set_defaults(func=cmd_analyze)
 
@@ -179,6 +201,9 @@ def cmd_events(args: argparse.Namespace) -> int:
     except Exception:
         print(f"nodewarden: unknown time zone {args.tz!r}", file=sys.stderr)
         return exitcodes.USAGE
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        print("nodewarden: --since must be before --until", file=sys.stderr)
+        return exitcodes.USAGE
     events, stats = _ingest(args)
     out = sys.stdout
     write = out.write
@@ -205,10 +230,41 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     except ImportError as e:
         print(f"nodewarden: analyze needs the [analysis] extra (pandas): {e}", file=sys.stderr)
         return exitcodes.USAGE
-    hosts = frozenset(h.strip() for h in args.hosts.split(",")) if args.hosts else None
+    problem = _analyze_usage(args)
+    if problem:
+        print(f"nodewarden: {problem}", file=sys.stderr)
+        return exitcodes.USAGE
+    hosts = frozenset(h.strip() for h in args.hosts.split(",") if h.strip()) if args.hosts else None
     events, stats = _ingest(args, hosts)
-    return _cluster_errors(lambda: report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
-                                              paper_dir=args.paper_tables, nodes=args.nodes, window=args.window))
+    try:
+        return _cluster_errors(lambda: report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
+                                                  paper_dir=args.paper_tables, nodes=args.nodes, window=args.window))
+    except OSError as e:  # --out not writable
+        print(f"nodewarden: cannot write the report: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    except ValueError as e:  # a --paper-tables file that is no table
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+
+
+def _analyze_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with analyze's arguments (checked before any file is read), or None."""
+    import os
+    from zoneinfo import ZoneInfo
+    try:
+        if args.tz.upper() != "UTC":
+            ZoneInfo(args.tz)
+    except Exception:
+        return f"unknown time zone {args.tz!r}"
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        return "--since must be before --until"
+    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
+        return f"--out {args.out}: exists and is not a directory"
+    if args.paper_tables is not None and not os.path.isdir(args.paper_tables):
+        return f"--paper-tables {args.paper_tables}: not a directory"
+    if args.hosts is not None and not any(h.strip() for h in args.hosts.split(",")):
+        return "--hosts names no host"
+    return None
 
 
 def cmd_xid(args: argparse.Namespace) -> int:

@@ -238,6 +238,11 @@ def _read_group_from(cwd: str, files: list[LogFile], tz: str | None, boot_time: 
     return out
 
 
+def _is_kmsg(st: os.stat_result) -> bool:
+    """The kernel's /dev/kmsg (character device 1:11, under any name): /dev/zero is endless."""
+    return os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 11
+
+
 def _stat(f: LogFile) -> os.stat_result | None:
     if f.stat is not None:
         return f.stat
@@ -314,7 +319,11 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
 
         for f in files:
             st = _stat(f)
-            if st is not None and stat.S_ISCHR(st.st_mode):
+            if st is not None and stat.S_ISCHR(st.st_mode) and not _is_kmsg(st):
+                close_group()
+                units.append((False, lambda f=f: [(str(f.path), [], None, None,
+                                                  f"{f.path}: a device other than /dev/kmsg, not read", False)]))
+            elif st is not None and stat.S_ISCHR(st.st_mode):
                 close_group()
                 units.append((False, lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
             elif not _small_file(st) and dask is None:

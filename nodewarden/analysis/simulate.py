@@ -144,6 +144,40 @@ def load_rates(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         return tomllib.load(f)
 
 
+_TABLES = ("fleet", "chains", "xid_year", "xid_monthly", "cpu_ecc_monthly", "ib_monthly", "ib_month_source", "ib_daily")
+
+
+def check_rates(rates: dict[str, Any]) -> None:
+    """Raise ValueError naming the first part of a rates file that has the wrong shape: a table
+    that is not one, a count that is no whole number >= 0, a rate that is not finite."""
+    for name in _TABLES:
+        if name in rates and not isinstance(rates[name], dict):
+            raise ValueError(f"rates: [{name}] must be a table")
+    for month, counts in rates.get("xid_monthly", {}).items():
+        if not isinstance(counts, dict):
+            raise ValueError(f"rates: [xid_monthly.\"{month}\"] must be a table of Xid counts")
+    for name in ("xid_year", "cpu_ecc_monthly", "ib_monthly", "ib_daily", "chains"):
+        for key, n in rates.get(name, {}).items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"rates: [{name}] {key!r} = {n!r} is not a whole number >= 0")
+    for month, counts in rates.get("xid_monthly", {}).items():
+        for key, n in counts.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"rates: [xid_monthly.\"{month}\"] {key!r} = {n!r} is not a whole number >= 0")
+    fleet = rates.get("fleet", {})
+    for key in ("noise_per_node_day", "reboots_per_node_year"):
+        v = fleet.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6):
+            raise ValueError(f"rates: [fleet] {key} = {v!r} is not a number from 0 to 1e6")
+    formats = fleet.get("formats")
+    if formats is not None and (not isinstance(formats, dict) or not formats):
+        raise ValueError("rates: [fleet] formats must name at least one log format")
+    for key in rates.get("chains", {}):
+        a, _, b = str(key).partition(">")
+        if a.strip() == b.strip():
+            raise ValueError(f"rates: [chains] {key!r}: a fault cannot lead itself")
+
+
 def _date(text: str) -> dt.date:
     return dt.date.fromisoformat(str(text))
 
@@ -342,11 +376,17 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
     """Write the fleet's logs and ``ground_truth.csv`` under ``out_dir``; returns a summary."""
     if not isinstance(rates, dict):
         rates = load_rates(rates)
+    check_rates(rates)
+    out_path = Path(out_dir)
+    if out_path.is_dir() and any(out_path.iterdir()):
+        raise ValueError(f"{out_path}: not empty (old logs would mix with the new ones); give a new directory")
     fleet = rates.get("fleet", {})
     nodes = int(nodes if nodes is not None else fleet.get("nodes", 1250))
     if nodes < 1:
         raise ValueError("--nodes must be at least 1")
     noise = float(noise_per_node_day if noise_per_node_day is not None else fleet.get("noise_per_node_day", 8))
+    if not 0 <= noise <= 1e6:  # NaN too
+        raise ValueError(f"noise per node and day must be from 0 to 1e6, not {noise}")
     rng = random.Random(f"{seed}:schedule")
     faults, span_a, span_b = _schedule(rates, rng)
     win_a = _us(_date(start)) if start is not None else span_a

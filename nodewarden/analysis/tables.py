@@ -290,7 +290,14 @@ def read_paper_table(name: str, paper_dir: str | Path | None = None) -> pd.DataF
     f = d / PAPER_FILES[name][0]
     if not f.is_file():
         return None
-    return pd.read_csv(f, dtype=str, keep_default_na=False)
+    try:
+        t = pd.read_csv(f, dtype=str, keep_default_na=False)
+    except Exception as e:  # pandas' parser errors, an empty file
+        raise ValueError(f"{f}: not a CSV table: {e}") from None
+    missing = [c for c in (PAPER_FILES[name][1], *PAPER_FILES[name][2]) if c not in t.columns]
+    if missing:
+        raise ValueError(f"{f}: no column {', '.join(missing)}")
+    return t
 
 
 def compare_with_paper(table: pd.DataFrame, name: str, paper_dir: str | Path | None = None) -> pd.DataFrame | None:

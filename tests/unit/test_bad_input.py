@@ -334,3 +334,10 @@ def test_out_of_range_stamps_and_numbers_are_no_crash(tmp_path: Path, capsys) ->
     assert [e["time"] for e in out[1:4]] == [None, None, None]
     assert cli.main(["analyze", str(p), "--no-cache", "--out", str(tmp_path / "r")]) == exitcodes.OK
     assert "events without a time: 5" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_a_device_other_than_kmsg_is_not_read(capsys) -> None:
+    """/dev/zero would never end: only the kernel's /dev/kmsg (1:11) is read as a device."""
+    rc = cli.main(["events", "/dev/zero", "--no-cache"])
+    assert rc == exitcodes.INCOMPLETE
+    assert "/dev/zero: a device other than /dev/kmsg" in capsys.readouterr().err

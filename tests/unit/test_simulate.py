@@ -275,3 +275,30 @@ def test_bad_chains_are_refused(rates_file: Path, tmp_path: Path, chains: str, m
     with pytest.raises(ValueError, match=message):
         sim.simulate(tmp_path / "logs", rates=p)
     assert main(["simulate", "--out", str(tmp_path / "cli"), "--rates", str(p)]) == 2
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: "[chains]\n\"48>48\" = 1\n" + t, "cannot lead itself"),
+    (lambda t: t.replace("formats = { syslog3164 = 1, rfc3339 = 1, journal = 1, dmesg_t = 1 }", "formats = {}"),
+     "formats must name"),
+    (lambda t: t.replace("noise_per_node_day = 15", "noise_per_node_day = nan"), "noise_per_node_day"),
+    (lambda t: t.replace("reboots_per_node_year = 40", "reboots_per_node_year = nan"), "reboots_per_node_year"),
+    (lambda t: t.replace('[xid_monthly."2023-10"]', '[xid_monthly]\n"2023-09" = 5\n[xid_monthly."2023-10"]'),
+     "must be a table of Xid counts"),
+    (lambda t: "fleet = 5\n" + t.replace("[fleet]", "[fleet_old]"), r"\[fleet\] must be a table"),
+    (lambda t: t.replace('"74" = 8', '"74" = -5'), "not a whole number"),
+])
+def test_bad_rates_are_refused(rates_file: Path, tmp_path: Path, edit, message: str) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text(edit(rates_file.read_text()))
+    with pytest.raises(ValueError, match=message):
+        sim.simulate(tmp_path / "logs", rates=p)
+    assert not (tmp_path / "logs").exists()
+
+
+def test_noise_nan_and_a_non_empty_directory_are_refused(rates_file: Path, tmp_path: Path) -> None:
+    assert main(["simulate", "--out", str(tmp_path / "a"), "--rates", str(rates_file), "--noise", "nan"]) == 2
+    assert main(["simulate", "--out", str(tmp_path / "b"), "--rates", str(rates_file), "--days", "3"]) == 0
+    before = sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert main(["simulate", "--out", str(tmp_path / "b"), "--rates", str(rates_file), "--days", "2"]) == 2
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == before
