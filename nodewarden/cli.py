@@ -169,7 +169,10 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
     def on_error(msg: str) -> None:
         print(f"nodewarden: {msg}", file=sys.stderr)
 
-    filters = Filters(since=args.since, until=args.until, kinds=args.kind, hosts=hosts)
+    # analyze derives flash cuts from link down/up pairs: the up of a cut that begins before
+    # --until is read too (the report keeps cuts by their start, and drops those extra lines).
+    grace = 120.0 if args.command == "analyze" else 0.0
+    filters = Filters(since=args.since, until=args.until, kinds=args.kind, hosts=hosts, link_grace_s=grace)
     cache_dir = None
     if not getattr(args, "no_cache", True):
         from nodewarden.analysis.cache import default_dir
@@ -177,7 +180,8 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
     try:
         return ingest(args.paths, filters=filters, tz=args.tz, boot_time=args.boot_time,
                       dedupe=not args.no_dedupe, on_error=on_error, jobs=getattr(args, "jobs", 1),
-                      cache_dir=cache_dir, scheduler=getattr(args, "scheduler", None))
+                      cache_dir=cache_dir, scheduler=getattr(args, "scheduler", None),
+                      exclude=[args.out] if getattr(args, "out", None) else [])
     except Exception as e:  # e.g. an unknown --tz, an unreachable --scheduler
         print(f"nodewarden: {e}", file=sys.stderr)
         raise SystemExit(exitcodes.USAGE) from None

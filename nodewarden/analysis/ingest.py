@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from nodewarden.collectors.kernel_log import InputError, LogFile, events_from_stream, expand_paths, read_file
+from nodewarden import events as ev
 from nodewarden.events import KINDS, FaultEvent
 from nodewarden.parsing.dedupe import CopyDeduper
 from nodewarden.parsing.envelope import TimeContext
@@ -44,6 +45,9 @@ class Filters:
     until: dt.datetime | None = None
     kinds: frozenset[str] | None = None
     hosts: frozenset[str] | None = None
+    # IB link down/up events up to this many seconds past ``until`` pass too: a flash cut that
+    # begins inside the window may end after it (analyze derives the cuts, then drops them).
+    link_grace_s: float = 0.0
 
     def match(self, e: FaultEvent) -> bool:
         if self.kinds is not None and e.kind not in self.kinds:
@@ -56,7 +60,9 @@ class Filters:
             if self.since is not None and e.time < self.since:
                 return False
             if self.until is not None and e.time >= self.until:
-                return False
+                grace = self.link_grace_s if e.kind in (ev.IB_LINK_DOWN, ev.IB_LINK_UP) else 0.0
+                if not grace or e.time >= self.until + dt.timedelta(seconds=grace):
+                    return False
         return True
 
 
@@ -262,7 +268,8 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
            boot_time: dt.datetime | None = None, dedupe: bool = True, stdin: IO[bytes] | None = None,
            on_error: Callable[[str], None] | None = None, jobs: int | None = 1,
            cache_dir: str | os.PathLike[str] | None = None,
-           scheduler: str | None = None) -> tuple[Iterator[FaultEvent], IngestStats]:
+           scheduler: str | None = None,
+           exclude: Iterable[str | os.PathLike[str]] = ()) -> tuple[Iterator[FaultEvent], IngestStats]:
     """Events from ``paths`` (``-`` is stdin) and the stats, filled as the iterator is consumed.
 
     Unreadable inputs are reported through ``on_error`` (and ``stats.errors``) and skipped; the
@@ -275,7 +282,8 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
     ``scheduler``: the address of a Dask scheduler (``tcp://host:8786``); the files are then
     parsed on its workers instead (``jobs`` is ignored), with the same results (see
     nodewarden.analysis.cluster). Raises ClusterError at once when it cannot be reached, and
-    from the iterator when the cluster loses a task.
+    from the iterator when the cluster loses a task. Directories in ``exclude`` are not read
+    (a report directory inside the logs' directory).
     """
     stats = IngestStats()
     filters = filters or Filters()
@@ -294,7 +302,7 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
 
     def gen() -> Iterator[FaultEvent]:
         file_paths = [p for p in paths if p != "-"]
-        files, errors = expand_paths(file_paths)
+        files, errors = expand_paths(file_paths, exclude=list(exclude))
         # Copies exist only across inputs: with one input there is nothing to de-duplicate.
         deduper = CopyDeduper() if dedupe and len(files) + ("-" in paths) > 1 else None
         for err in errors:

@@ -67,11 +67,26 @@ def journal_log_discrepancies(df: pd.DataFrame, cuts: pd.DataFrame) -> list[dict
     return out
 
 
+def _within(t: pd.Series, lo: pd.Timestamp | None, hi: pd.Timestamp | None) -> pd.Series:
+    keep = pd.Series(True, index=t.index)
+    if lo is not None:
+        keep &= t >= lo
+    if hi is not None:
+        keep &= t < hi
+    return keep
+
+
 def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime | None = None,
           paper_dir: str | Path | None = None, nodes: int | None = None, window: float = 60.0,
           top: int = 10) -> tuple[list[Table], list[str]]:
-    """All tables of the report and the discrepancy messages."""
+    """All tables of the report and the discrepancy messages. Flash cuts are derived from all of
+    ``df``, then, like every other event, kept when they begin in [``since``, ``until``)."""
     cuts = tables.flash_cuts(df)
+    if since is not None or until is not None:
+        lo = pd.Timestamp(since) if since is not None else None
+        hi = pd.Timestamp(until) if until is not None else None
+        df = df[df["time"].isna() | _within(df["time"], lo, hi)]
+        cuts = cuts[_within(cuts["time"], lo, hi)]
     t5 = tables.table5_xid_groups(df)
     t6 = tables.table6_xid_counts(df)
     t7 = tables.table7_memory_network_monthly(df, cuts)

@@ -68,6 +68,12 @@ class LogFile:
     stat: os.stat_result | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
+def printable(name: str) -> str:
+    """A file name as text that any UTF-8 output takes: bytes of a name that are not UTF-8 (held
+    as surrogates by Python) are written as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _host_from_name(name: str) -> str | None:
     stem = name.split(".")[0]
     if not stem or stem.lower() in _LOG_BASENAMES or stem.lower().startswith(_LOG_BASENAMES):
@@ -88,7 +94,7 @@ def _rotation_key(name: str) -> tuple[str, int, int, str]:
     return base, 0, -int(num), name  # numbered: a higher number is older
 
 
-def _walk(top: str, errors: list[InputError]) -> Iterator[tuple[str, list[os.DirEntry]]]:
+def _walk(top: str, errors: list[InputError], skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, list[os.DirEntry]]]:
     """(directory, its files) depth first, sub-directories in name order, hidden entries skipped.
     Symbolic links to directories are followed (a fleet directory of links to each node's logs),
     each real directory walked once: a second link to it, or a link back up, is not entered."""
@@ -114,12 +120,15 @@ def _walk(top: str, errors: list[InputError]) -> Iterator[tuple[str, list[os.Dir
                 is_dir = e.is_dir()
             except OSError:
                 is_dir = False
+            if is_dir and skip and os.path.realpath(e.path) in skip:
+                continue
             (subdirs if is_dir else files).append(e.path if is_dir else e)
         yield d, files
         stack.extend(sorted(subdirs, reverse=True))
 
 
-def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile], list[InputError]]:
+def expand_paths(paths: Iterable[str | os.PathLike[str]],
+                 exclude: Iterable[str | os.PathLike[str]] = ()) -> tuple[list[LogFile], list[InputError]]:
     """Files to read, in order, with their host hints; plus the inputs that cannot be read.
 
     A directory is walked recursively; a file directly under a given directory is named after
@@ -130,6 +139,7 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
     Hidden files and the Parquet cache are skipped; FIFOs, sockets and devices found in a
     directory are reported and skipped (given by name, ``/dev/kmsg`` or a pipe is read). A file
     reached twice (given twice, inside a directory also given, or through a link) is read once.
+    Directories in ``exclude`` (analyze's own --out) are not walked into.
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
@@ -148,7 +158,7 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
         p = Path(raw)
         if p.is_dir():
             top = os.fspath(p)
-            for dirpath, entries in _walk(top, errors):
+            for dirpath, entries in _walk(top, errors, frozenset(os.path.realpath(x) for x in exclude)):
                 rel = os.path.relpath(dirpath, top)
                 sub = None if rel == os.curdir else rel.split(os.sep, 1)[0]
                 entries.sort(key=lambda e: _rotation_key(e.name))
@@ -165,7 +175,8 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[LogFile]
                         errors.append(InputError(f"{e.path}: not a regular file (FIFO, socket or device), skipped"))
                         continue
                     if first_time(st):
-                        files.append(LogFile(Path(e.path), sub if sub is not None else _host_from_name(name), st))
+                        host = sub if sub is not None else _host_from_name(name)
+                        files.append(LogFile(Path(e.path), printable(host) if host is not None else None, st))
         elif p.exists() or p.is_symlink():
             try:
                 st = os.stat(p)
@@ -353,11 +364,13 @@ def _buffer_records(buf: bytes | bytearray, hi: int, ctx: TimeContext, base_offs
 
 
 def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext,
-                       base_offset: int = 0, flush: bool = True, max_read: int | None = None) -> Iterator[FaultEvent]:
+                       base_offset: int = 0, flush: bool = True, max_read: int | None = None,
+                       offsets: list[int] | None = None) -> Iterator[FaultEvent]:
     """Events from a binary stream of log text, scanning for candidate records first.
 
     Invalid UTF-8 is replaced (never fatal); the parser's stats count records and unparsed lines.
-    ``base_offset`` is the stream's position in its file (records carry absolute offsets).
+    ``base_offset`` is the stream's position in its file (records carry absolute offsets);
+    ``offsets``, when given, receives the offset of every candidate record fed to the parser.
     Raises OSError/EOFError from the stream (truncated gzip, I/O error) to the caller.
     """
     pos = base_offset
@@ -365,6 +378,8 @@ def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeCont
         # Parse after the scan: the buffer is reused by the next read.
         recs = _buffer_records(buf, hi, ctx, pos)
         pos += hi
+        if offsets is not None:
+            offsets.extend(rec.offset for rec in recs)
         for rec in recs:
             yield from parser.feed(rec)
     if flush:
@@ -455,13 +470,13 @@ def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo |
     """Worker: events whose first record is in [start, end) of ``path``, JSON pre-rendered."""
     mtime = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.timezone.utc)
     ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
-    parser = KernelLogParser(host=host, source=source, origin=path)
+    parser = KernelLogParser(host=host, source=source, origin=printable(path))
     kept: list[FaultEvent] = []
-    records_before = 0
+    offsets: list[int] = []
     with open(path, "rb") as f:
         f.seek(warm)
         reader = _RangeReader(f, stop - warm)
-        for e in events_from_stream(reader, parser, ctx, base_offset=warm):  # type: ignore[arg-type]
+        for e in events_from_stream(reader, parser, ctx, base_offset=warm, offsets=offsets):  # type: ignore[arg-type]
             if e.origin is not None and start <= e.origin < end:
                 kept.append(e)
             elif e.origin is None and last:
@@ -470,7 +485,8 @@ def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo |
     for e in kept:
         e.json_cache = e.to_json()
     unparsed = sum(1 for e in kept if e.kind == "unparsed")
-    return kept, parser.stats.records - records_before, unparsed
+    # Records of the warm-up and look-ahead belong to the neighbouring ranges: count ours only.
+    return kept, sum(1 for o in offsets if start <= o < end), unparsed
 
 
 def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | None,
@@ -495,7 +511,7 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
                 warm = _record_start_after(fh, warm, size)
         stop = size if k == ranges - 1 else min(size, end + LOOKAHEAD)
         jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == ranges - 1))
-    parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
+    parser = KernelLogParser(host=f.host, source=source, origin=printable(str(f.path)))
     events: list[FaultEvent] = []
     from nodewarden.workers import ignore_sigint, stop, wait
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=ignore_sigint)
@@ -544,7 +560,7 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
         raise InputError(f"{f.path}: {e.strerror or e}") from e
     mtime = dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)
     ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
-    parser = KernelLogParser(host=f.host, source=source, origin=str(f.path))
+    parser = KernelLogParser(host=f.host, source=source, origin=printable(str(f.path)))
     if stat.S_ISREG(st.st_mode) and st.st_size <= SMALL_FILE:
         try:
             whole = _read_small(f.path)

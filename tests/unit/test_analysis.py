@@ -119,3 +119,35 @@ def test_empty_input_gives_a_zero_total(tmp_path: Path, capsys: pytest.CaptureFi
     with open(tmp_path / "o" / "table6_xid_counts.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["group"], r["count"]) for r in rows] == [("Total", "0")]
+
+
+def test_a_flash_cut_across_until_counts_in_the_window_it_began(tmp_path: Path) -> None:
+    """A cut whose link goes down before --until and comes back after it belongs to the first
+    window; windows side by side add up to the whole."""
+    port = "mlx5_core 0000:1a:00.0 mlx5_0: Port: 1 Link"
+    lines = [("2024-03-01T23:59:50", "DOWN"), ("2024-03-02T00:00:10", "ACTIVE"),
+             ("2024-03-05T08:00:00", "DOWN"), ("2024-03-05T08:00:05", "ACTIVE")]
+    p = tmp_path / "node01.log"
+    p.write_text("".join(f"{t}+00:00 node01 kernel: {port} {s}\n" for t, s in lines))
+
+    def days(*window: str) -> dict[str, int]:
+        out = tmp_path / ("r" + "".join(w.replace("-", "") for w in window))
+        assert main(["analyze", str(p), "--no-cache", "--out", str(out), *window]) == 0
+        with open(out / "table8_ib_flash_cuts_daily.csv") as f:
+            return {r["date"]: int(r["failure_count"]) for r in csv.DictReader(f)}
+
+    whole = days()
+    assert whole == {"2024-03-01": 1, "2024-03-05": 1}
+    first = days("--until", "2024-03-02")
+    second = days("--since", "2024-03-02")
+    assert first == {"2024-03-01": 1} and second == {"2024-03-05": 1}
+
+
+def test_a_report_inside_the_logs_directory_is_not_read_back(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    (logs / "node01").mkdir(parents=True)
+    (logs / "node01" / "kern.log").write_text(
+        "2024-03-01T10:00:00+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
+    for _ in range(2):
+        assert main(["analyze", str(logs), "--no-cache", "--out", str(logs / "report")]) == 0
+    assert "- inputs read: 1\n" in (logs / "report" / "report.md").read_text()

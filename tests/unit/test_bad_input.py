@@ -341,3 +341,18 @@ def test_a_device_other_than_kmsg_is_not_read(capsys) -> None:
     rc = cli.main(["events", "/dev/zero", "--no-cache"])
     assert rc == exitcodes.INCOMPLETE
     assert "/dev/zero: a device other than /dev/kmsg" in capsys.readouterr().err
+
+
+def test_names_that_are_not_utf8(tmp_path: Path, capsys) -> None:
+    """A node directory named with bytes that are not UTF-8: events are valid UTF-8 JSON naming
+    it with \\xNN escapes, analyze (pyarrow, pandas) takes them."""
+    d = os.fsencode(tmp_path) + b"/node\xff\xfe"
+    os.makedirs(d)
+    with open(d + b"/dmesg.log", "w") as f:
+        f.write(f"[Fri Mar  1 10:00:00 2024] {XID79}\n")
+    assert cli.main(["events", str(tmp_path), "--no-cache"]) == exitcodes.OK
+    out = capsys.readouterr().out
+    out.encode("utf-8")  # no surrogates left
+    e = json.loads(out)
+    assert e["host"] == "node\\xff\\xfe" and e["attrs"]["origin"].endswith("node\\xff\\xfe/dmesg.log")
+    assert cli.main(["analyze", str(tmp_path), "--out", str(tmp_path / "r")]) == exitcodes.OK
