@@ -241,8 +241,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     hosts = frozenset(h.strip() for h in args.hosts.split(",") if h.strip()) if args.hosts else None
     events, stats = _ingest(args, hosts)
     try:
-        return _cluster_errors(lambda: report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
-                                                  paper_dir=args.paper_tables, nodes=args.nodes, window=args.window))
+        rc = _cluster_errors(lambda: report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
+                                                paper_dir=args.paper_tables, nodes=args.nodes, window=args.window))
+        if hosts is not None and stats.events == 0:
+            print(f"nodewarden: no event of --hosts {','.join(sorted(hosts))} in the inputs", file=sys.stderr)
+        return rc
     except OSError as e:  # --out not writable
         print(f"nodewarden: cannot write the report: {e}", file=sys.stderr)
         return exitcodes.USAGE

@@ -336,7 +336,8 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                 units.append((False, lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
             elif not _small_file(st) and dask is None:
                 close_group()  # read_file splits it across processes itself
-                units.append((False, lambda f=f: _read_group([f], tz, boot_time, cache)))
+                # --jobs 1: one process, a large file included
+                units.append((False, lambda f=f: _read_group([f], tz, boot_time, cache, jobs > 1)))
             else:
                 if group and (group[0].path.parent != f.path.parent or len(group) >= GROUP_MAX_FILES):
                     close_group()

@@ -135,7 +135,8 @@ def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime 
     out = pd.DataFrame(rows, columns=["category", "failures"])
     out["window_hours"] = hours
     out["nodes"] = n
-    out["mtbf_hours"] = [hours * n / k if k else np.nan for k in out["failures"]]
+    # No span (one event, or none): nothing to divide; MTBF unknown rather than 0.
+    out["mtbf_hours"] = [hours * n / k if k and hours > 0 else np.nan for k in out["failures"]]
     return out
 
 
@@ -151,7 +152,7 @@ def mtbf_per_node(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.
     c = hw.groupby("host").size()
     hosts = sorted(df["host"].dropna().unique())
     out = pd.DataFrame({"host": hosts, "hardware_faults": [int(c.get(h, 0)) for h in hosts]})
-    out["mtbf_hours"] = [hours / k if k else np.nan for k in out["hardware_faults"]]
+    out["mtbf_hours"] = [hours / k if k and hours > 0 else np.nan for k in out["hardware_faults"]]
     return out.sort_values(["hardware_faults", "host"], ascending=[False, True], kind="stable").reset_index(drop=True)
 
 

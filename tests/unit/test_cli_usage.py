@@ -64,3 +64,14 @@ def test_analyze_out_and_paper_tables(log: Path, tmp_path: Path, capsys: pytest.
 def test_events_refuses_an_empty_window(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--since must be before --until" in _usage(
         capsys, ["events", str(log), "--since", "2024-03-02", "--until", "2024-03-01"])
+
+
+def test_hosts_matching_nothing_and_one_event(log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["analyze", str(log), "--no-cache", "--hosts", "nosuch"]) == exitcodes.OK
+    assert "no event of --hosts nosuch" in capsys.readouterr().err
+    # one event: no observation span, so no MTBF (not 0 hours)
+    assert cli.main(["analyze", str(log), "--no-cache", "--out", str(tmp_path / "r")]) == exitcodes.OK
+    import csv
+    with open(tmp_path / "r" / "mtbf_fleet.csv") as f:
+        rows = {r["category"]: r for r in csv.DictReader(f)}
+    assert rows["hardware"]["failures"] == "1" and rows["hardware"]["mtbf_hours"] == ""
