@@ -57,6 +57,39 @@ def _schema():
     return pa.schema(fields)
 
 
+def remove_stale_tmp(directory: str | os.PathLike[str]) -> int:
+    """Remove the temporary files (``<name>.<pid>.tmp.parquet``) of writers that no longer run
+    (a worker killed while it stored, by Ctrl-C or the OOM killer); returns how many."""
+    removed = 0
+    try:
+        names = [p for p in Path(directory).glob("*.tmp.parquet")]
+    except OSError:
+        return 0
+    for p in names:
+        try:
+            pid = int(p.name.split(".")[-3])
+        except (ValueError, IndexError):
+            continue
+        if pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            p.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, not ours
+    return True
+
+
 class EventCache:
     """Cache files under ``directory`` for one set of parse options."""
 

@@ -91,7 +91,8 @@ def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogP
     return events, parser
 
 
-_JOURNAL_STR = ("host", "message", "raw", "device", "category", "source", "time", "raw_time", "time_kind")
+_JOURNAL_STR = ("host", "message", "raw", "device", "category", "source", "time", "raw_time", "time_kind",
+                "pci_bus_id", "process")
 _JOURNAL_INT = ("xid", "code", "pid")
 
 
@@ -109,11 +110,15 @@ def journal_event(d: Any) -> FaultEvent | None:
     mono = d.get("monotonic")
     if mono is not None and (isinstance(mono, bool) or not isinstance(mono, (int, float)) or not math.isfinite(mono)):
         return None
-    if d.get("attrs") is not None and not isinstance(d["attrs"], dict):
+    attrs = d.get("attrs")
+    if attrs is not None and (not isinstance(attrs, dict) or any(
+            attrs.get(k) is not None and not isinstance(attrs[k], str) for k in ("pci_bus_id", "process", "origin"))
+            or (attrs.get("pid") is not None and (isinstance(attrs["pid"], bool) or not isinstance(attrs["pid"], int)))):
         return None
     try:
+        json.dumps(d, ensure_ascii=False).encode("utf-8")  # a lone surrogate ("\ud800") is no text
         return FaultEvent.from_dict(d)
-    except (ValueError, KeyError, TypeError, OverflowError):
+    except (ValueError, KeyError, TypeError, OverflowError, UnicodeError):
         return None
 
 
@@ -392,5 +397,8 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
         finally:
             if pool is not None:
                 pool.close(finished)
+            if cache is not None and not finished and dask is None:
+                from nodewarden.analysis.cache import remove_stale_tmp
+                remove_stale_tmp(cache)  # what workers stopped mid-write left
 
     return gen(), stats

@@ -144,6 +144,7 @@ def load_rates(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         return tomllib.load(f)
 
 
+MAX_COUNT = 10_000_000  # faults of one kind: a hundred times the default year's largest (74: 5,521)
 _TABLES = ("fleet", "chains", "xid_year", "xid_monthly", "cpu_ecc_monthly", "ib_monthly", "ib_month_source", "ib_daily")
 
 
@@ -158,12 +159,13 @@ def check_rates(rates: dict[str, Any]) -> None:
             raise ValueError(f"rates: [xid_monthly.\"{month}\"] must be a table of Xid counts")
     for name in ("xid_year", "cpu_ecc_monthly", "ib_monthly", "ib_daily", "chains"):
         for key, n in rates.get(name, {}).items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise ValueError(f"rates: [{name}] {key!r} = {n!r} is not a whole number >= 0")
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT:
+                raise ValueError(f"rates: [{name}] {key!r} = {n!r} is not a whole number from 0 to {MAX_COUNT:,}")
     for month, counts in rates.get("xid_monthly", {}).items():
         for key, n in counts.items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise ValueError(f"rates: [xid_monthly.\"{month}\"] {key!r} = {n!r} is not a whole number >= 0")
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT:
+                raise ValueError(f"rates: [xid_monthly.\"{month}\"] {key!r} = {n!r} is not a whole number from 0 "
+                                 f"to {MAX_COUNT:,}")
     fleet = rates.get("fleet", {})
     for key in ("noise_per_node_day", "reboots_per_node_year"):
         v = fleet.get(key)

@@ -143,15 +143,18 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
-    seen: set[tuple[int, int]] = set()  # (device, inode) of the files taken: each read once
+    seen: dict[tuple[int, int], int] = {}  # (device, inode) of the files taken -> index: each read once
 
-    def first_time(st: os.stat_result | None) -> bool:
+    def first_time(st: os.stat_result | None, host: str | None = None) -> bool:
         if st is None:
             return True
         ident = (st.st_dev, st.st_ino)
         if ident in seen:
+            i = seen[ident]
+            if files[i].host is None and host is not None:  # reached again where its path names the host
+                files[i] = dataclasses.replace(files[i], host=host)
             return False
-        seen.add(ident)
+        seen[ident] = len(files)
         return True
 
     for raw in paths:
@@ -174,9 +177,10 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
                         # A FIFO would block the read for ever; a device or socket is no log file.
                         errors.append(InputError(f"{e.path}: not a regular file (FIFO, socket or device), skipped"))
                         continue
-                    if first_time(st):
-                        host = sub if sub is not None else _host_from_name(name)
-                        files.append(LogFile(Path(e.path), printable(host) if host is not None else None, st))
+                    host = sub if sub is not None else _host_from_name(name)
+                    host = printable(host) if host is not None else None
+                    if first_time(st, host):
+                        files.append(LogFile(Path(e.path), host, st))
         elif p.exists() or p.is_symlink():
             try:
                 st = os.stat(p)
@@ -327,10 +331,12 @@ def iter_regions(stream: IO[bytes], chunk: int = CHUNK, max_read: int | None = N
                     break
                 filled += n
         except (OSError, EOFError, lzma.LZMAError):
-            # A truncated or corrupt compressed file: hand over what was read, then fail.
+            # A truncated or corrupt compressed file: hand over the whole lines read, then fail.
+            # The line the fault cut is not one ("Xid (PCI:0000:07:00): 7" of an Xid 79).
             view.release()
-            if filled:
-                yield buf, filled
+            whole = buf.rfind(b"\n", 0, filled) + 1
+            if whole:
+                yield buf, whole
             raise
         view.release()
         if eof:
@@ -399,7 +405,8 @@ def gunzip(data: bytes, limit: int = SMALL_TEXT) -> tuple[bytes, str | None] | N
     """The text of a whole gzip file (every member), and why its end could not be read (None
     when it all could). None when the text would exceed ``limit`` bytes (the caller streams it).
 
-    A truncated archive keeps all it inflated: a cut loses nothing before it. A member that
+    A truncated archive keeps every whole line it inflated (the line the cut ends inside is not
+    kept: ``...): 7`` of an Xid 79 line is no Xid 7). A member that
     fails its integrity check (corrupt deflate data, CRC or length mismatch) gives no text at
     all, since inflate turns damage into plausible-looking lines up to the point where zlib
     notices; the members before it, each checked by its own CRC, are kept (see GzipText)."""
@@ -409,8 +416,8 @@ def gunzip(data: bytes, limit: int = SMALL_TEXT) -> tuple[bytes, str | None] | N
         return None
     if r.error is None:
         return text, None
-    if isinstance(r.error, EOFError):
-        return text, str(r.error)
+    if isinstance(r.error, EOFError):  # whole lines only: the cut line is not one
+        return text[:text.rfind(b"\n") + 1], str(r.error)
     return text[:r.member_start], drop_note(r.error, len(text) - r.member_start)
 
 

@@ -242,3 +242,24 @@ def test_cache_keeps_the_host_the_path_gave(tmp_path: Path) -> None:
     assert through_fleet == _run([str(tmp_path / "fleet")])  # as without a cache
     assert '"host":"node01"' in through_fleet[0][0]
     assert _run([nodes[0] + "/dmesg.log"], cache_dir=cache) == alone
+
+
+def test_the_host_does_not_depend_on_argument_order(tmp_path: Path) -> None:
+    nodes = _hostless_nodes(tmp_path)
+    a = _run([nodes[1] + "/dmesg.log", str(tmp_path)], jobs=1)
+    b = _run([str(tmp_path), nodes[1] + "/dmesg.log"], jobs=1)
+    hosts = sorted(json.loads(line)["host"] for line in a[0])
+    assert hosts == ["node01", "node02", "node03"]
+    assert sorted(json.loads(line)["host"] for line in b[0]) == hosts
+
+
+def test_stale_temporary_cache_files_are_removed(tmp_path: Path) -> None:
+    import subprocess
+    from nodewarden.analysis.cache import remove_stale_tmp
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / f"abc.{dead.pid}.tmp.parquet").write_bytes(b"")
+    (tmp_path / f"abc.{os.getpid()}.tmp.parquet").write_bytes(b"")  # a live writer's: kept
+    (tmp_path / "abc.parquet").write_bytes(b"")
+    assert remove_stale_tmp(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["abc.parquet", f"abc.{os.getpid()}.tmp.parquet"])

@@ -49,8 +49,8 @@ def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
 
 
 @pytest.mark.parametrize("command", ["events", "analyze"])
-def test_ctrl_c_stops_the_run_and_its_workers(fleet: Path, command: str) -> None:
-    proc = _start([command, str(fleet), "--jobs", "2", "--no-cache"])
+def test_ctrl_c_stops_the_run_and_its_workers(fleet: Path, command: str, tmp_path: Path) -> None:
+    proc = _start([command, str(fleet), "--jobs", "2", "--cache", str(tmp_path / "cache")])
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 30
     while len(parent.children()) < 2 and time.monotonic() < deadline:
@@ -65,6 +65,7 @@ def test_ctrl_c_stops_the_run_and_its_workers(fleet: Path, command: str) -> None
     assert proc.returncode == 130
     gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive
+    assert not list((tmp_path / "cache").glob("*.tmp.parquet"))  # none left by the killed workers
     assert "Traceback" not in proc.stderr.read()
 
 
