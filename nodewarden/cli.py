@@ -172,7 +172,10 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
     # analyze derives flash cuts from link down/up pairs: the up of a cut that begins before
     # --until is read too (the report keeps cuts by their start, and drops those extra lines).
     grace = 120.0 if args.command == "analyze" else 0.0
-    filters = Filters(since=args.since, until=args.until, kinds=args.kind, hosts=hosts, link_grace_s=grace)
+    kinds = args.kind
+    if args.command == "analyze" and kinds is not None and "ib_flash_cut" in kinds:
+        kinds = kinds | {"ib_link_down", "ib_link_up"}  # the pairs the cuts of the logs come from
+    filters = Filters(since=args.since, until=args.until, kinds=kinds, hosts=hosts, link_grace_s=grace)
     cache_dir = None
     if not getattr(args, "no_cache", True):
         from nodewarden.analysis.cache import default_dir

@@ -151,3 +151,13 @@ def test_a_report_inside_the_logs_directory_is_not_read_back(tmp_path: Path) -> 
     for _ in range(2):
         assert main(["analyze", str(logs), "--no-cache", "--out", str(logs / "report")]) == 0
     assert "- inputs read: 1\n" in (logs / "report" / "report.md").read_text()
+
+
+def test_kind_ib_flash_cut_keeps_the_cuts_of_the_logs(tmp_path: Path) -> None:
+    port = "mlx5_core 0000:1a:00.0 mlx5_0: Port: 1 Link"
+    p = tmp_path / "node01.log"
+    p.write_text(f"2024-03-01T10:00:00+00:00 node01 kernel: {port} DOWN\n"
+                 f"2024-03-01T10:00:05+00:00 node01 kernel: {port} ACTIVE\n")
+    assert main(["analyze", str(p), "--no-cache", "--kind", "ib_flash_cut", "--out", str(tmp_path / "r")]) == 0
+    with open(tmp_path / "r" / "table8_ib_flash_cuts_daily.csv") as f:
+        assert [(r["date"], r["failure_count"]) for r in csv.DictReader(f)] == [("2024-03-01", "1")]
