@@ -5,8 +5,8 @@ stream of FaultEvents, with cross-file copies counted once and time/kind filters
 from __future__ import annotations
 
 import dataclasses
-import io
 import datetime as dt
+import io
 import json
 import math
 import os
@@ -94,6 +94,15 @@ def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogP
 _JOURNAL_STR = ("host", "message", "raw", "device", "category", "source", "time", "raw_time", "time_kind",
                 "pci_bus_id", "process")
 _JOURNAL_INT = ("xid", "code", "pid")
+_ATTRS_STR = ("pci_bus_id", "process", "origin")
+
+
+def _int_or_none(v: Any) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31)
+
+
+def _str_or_none(v: Any) -> bool:
+    return v is None or isinstance(v, str)
 
 
 def journal_event(d: Any) -> FaultEvent | None:
@@ -101,19 +110,14 @@ def journal_event(d: Any) -> FaultEvent | None:
     not an object, an unknown kind, a field of the wrong type or out of range, a bad time."""
     if not isinstance(d, dict) or d.get("kind") not in KINDS:
         return None
-    if any(d.get(k) is not None and not isinstance(d[k], str) for k in _JOURNAL_STR):
+    if not all(_str_or_none(d.get(k)) for k in _JOURNAL_STR) or not all(_int_or_none(d.get(k)) for k in _JOURNAL_INT):
         return None
-    for k in _JOURNAL_INT:
-        v = d.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 31):
-            return None
     mono = d.get("monotonic")
     if mono is not None and (isinstance(mono, bool) or not isinstance(mono, (int, float)) or not math.isfinite(mono)):
         return None
-    attrs = d.get("attrs")
-    if attrs is not None and (not isinstance(attrs, dict) or any(
-            attrs.get(k) is not None and not isinstance(attrs[k], str) for k in ("pci_bus_id", "process", "origin"))
-            or (attrs.get("pid") is not None and (isinstance(attrs["pid"], bool) or not isinstance(attrs["pid"], int)))):
+    attrs = d.get("attrs") or {}
+    if not isinstance(attrs, dict) or not all(_str_or_none(attrs.get(k)) for k in _ATTRS_STR) \
+            or not _int_or_none(attrs.get("pid")):
         return None
     try:
         json.dumps(d, ensure_ascii=False).encode("utf-8")  # a lone surrogate ("\ud800") is no text
@@ -122,15 +126,14 @@ def journal_event(d: Any) -> FaultEvent | None:
         return None
 
 
-def _journal_events(f: LogFile) -> tuple[list[FaultEvent], Any]:
-    """Events of an agent journal (JSON lines, maybe gzipped) and counts (``stats.records``
-    lines, ``stats.unparsed`` lines that are no event: counted and skipped, never fatal). Raises
-    InputError, with the events read, when the file cannot be read to its end."""
-    from types import SimpleNamespace
-
+def _journal_events(f: LogFile) -> tuple[list[FaultEvent], KernelLogParser]:
+    """Events of an agent journal (JSON lines, maybe gzipped) and a parser holding only its
+    counts (``stats.records`` lines, ``stats.unparsed`` lines that are no event: counted and
+    skipped, never fatal), as a log read gives. Raises InputError, with the events read, when
+    the file cannot be read to its end."""
     from nodewarden.collectors.kernel_log import open_log
     events: list[FaultEvent] = []
-    counts = SimpleNamespace(stats=SimpleNamespace(records=0, unparsed=0))
+    counts = KernelLogParser(source="journal")  # nothing is fed to it: its stats are the journal's
     try:
         with io.BufferedReader(open_log(f.path)) as stream:
             for line in stream:
@@ -148,7 +151,7 @@ def _journal_events(f: LogFile) -> tuple[list[FaultEvent], Any]:
                     events.append(e)
     except (OSError, EOFError) as e:
         raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {e}",
-                         events, counts) from e  # type: ignore[arg-type]
+                         events, counts) from e
     return events, counts
 
 

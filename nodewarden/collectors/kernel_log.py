@@ -292,6 +292,17 @@ class GzipText(io.RawIOBase):
             super().close()
 
 
+def compression(magic: bytes) -> str | None:
+    """``gzip``, ``bzip2`` or ``xz`` from a file's first 6 bytes; None for plain text."""
+    if magic[:2] == b"\x1f\x8b":
+        return "gzip"
+    if magic[:3] == b"BZh":
+        return "bzip2"
+    if magic[:6] == b"\xfd7zXZ\x00":
+        return "xz"
+    return None
+
+
 def open_log(path: Path) -> IO[bytes]:
     """Open a log for binary reading, decompressing gzip/bzip2/xz by their magic bytes (gzip as
     an unbuffered GzipText: wrap it in io.BufferedReader to read lines).
@@ -304,11 +315,12 @@ def open_log(path: Path) -> IO[bytes]:
         f.seek(0)
     except OSError as e:
         raise InputError(f"{path}: {e.strerror or e}") from e
-    if magic[:2] == b"\x1f\x8b":
+    kind = compression(magic)
+    if kind == "gzip":
         return GzipText(f)  # unbuffered: all the text before a fault is handed over before the error
-    if magic[:3] == b"BZh":
+    if kind == "bzip2":
         return bz2.BZ2File(f)  # type: ignore[return-value]
-    if magic[:6] == b"\xfd7zXZ\x00":
+    if kind == "xz":
         return lzma.LZMAFile(f)  # type: ignore[return-value]
     return f
 
@@ -545,14 +557,16 @@ _CPUS = os.cpu_count() or 1
 
 def _read_small(path: Path) -> tuple[bytes, str | None] | None:
     """(text, error) of a small plain or gzip file read whole; None when it must be streamed
-    (bzip2/xz, or an archive that expands past SMALL_TEXT). Raises OSError."""
-    with open(path, "rb") as fh:
-        data = fh.read()  # all of it, also what was appended since the stat
-    if data[:2] == b"\x1f\x8b":
+    (bzip2/xz, or an archive that expands past SMALL_TEXT). Raises InputError."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()  # all of it, also what was appended since the stat
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from e
+    kind = compression(data[:6])
+    if kind == "gzip":
         return gunzip(data, SMALL_TEXT)
-    if data[:3] == b"BZh" or data[:6] == b"\xfd7zXZ\x00":
-        return None
-    return data, None
+    return (data, None) if kind is None else None
 
 
 def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
@@ -569,10 +583,7 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
     ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
     parser = KernelLogParser(host=f.host, source=source, origin=printable(str(f.path)))
     if stat.S_ISREG(st.st_mode) and st.st_size <= SMALL_FILE:
-        try:
-            whole = _read_small(f.path)
-        except OSError as e:
-            raise InputError(f"{f.path}: {e.strerror or e}") from e
+        whole = _read_small(f.path)
         if whole is not None:
             text, error = whole
             events = events_from_bytes(text, parser, ctx)
