@@ -4,7 +4,6 @@ on this machine's own /sys (no EDAC driver here: an empty snapshot)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,22 +11,12 @@ import pytest
 from nodewarden import events as ev
 from nodewarden.collectors import edac
 from nodewarden.collectors.edac import Controller, Csrow, Dimm, EdacCollector
+from sysfs_trees import FIXTURES, copy_tree, put
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 SBRIDGE, CSROW = "edac-sbridge-dimm", "edac-amd-csrow"
 MC = "devices/system/edac/mc"
 CE, UE = "nodewarden_edac_correctable_errors_total", "nodewarden_edac_uncorrectable_errors_total"
 LABEL2 = "CPU_SrcID#0_Ha#0_Chan#2_DIMM#0"  # E-001's DIMM
-
-
-def copy_tree(name: str, tmp_path: Path) -> Path:
-    dst = tmp_path / name
-    shutil.copytree(FIXTURES / name, dst, symlinks=True)
-    return dst
-
-
-def put(root: Path, rel: str, value: object) -> None:
-    (root / rel).write_text(f"{value}\n")
 
 
 def series(snap, name: str) -> dict[tuple[str, str], float]:

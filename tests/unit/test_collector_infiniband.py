@@ -5,7 +5,6 @@ rise, an ``N/A (no PMA)`` counter or an unreadable file changes them, and on thi
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,21 +12,9 @@ import pytest
 from nodewarden import events as ev
 from nodewarden.collectors import infiniband as ib
 from nodewarden.collectors.infiniband import InfinibandCollector
+from sysfs_trees import FIXTURES, copy_tree, put
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 T0 = 1_800_000_000.0
-
-
-def copy_tree(name: str, tmp_path: Path) -> Path:
-    dst = tmp_path / name
-    shutil.copytree(FIXTURES / name, dst, symlinks=True)
-    return dst
-
-
-def put(root: Path, rel: str, value: object) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"{value}\n")
 
 
 def values(snap) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

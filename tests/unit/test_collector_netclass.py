@@ -4,7 +4,6 @@ machine's own /sys (eth0 on virtio)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,20 +11,10 @@ import pytest
 from nodewarden import events as ev
 from nodewarden.collectors import netclass
 from nodewarden.collectors.netclass import NetclassCollector, NetReading
+from sysfs_trees import FIXTURES, copy_tree, put
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 T0 = 1_800_000_000.0
 PORT = "class/net/enp193s0f0np0"
-
-
-def copy_tree(name: str, tmp_path: Path) -> Path:
-    dst = tmp_path / name
-    shutil.copytree(FIXTURES / name, dst, symlinks=True)
-    return dst
-
-
-def put(root: Path, rel: str, value: object) -> None:
-    (root / rel).write_text(f"{value}\n")
 
 
 def by_device(snap, name: str) -> dict[str, float]:

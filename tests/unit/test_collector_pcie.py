@@ -5,15 +5,14 @@ counters rise or break, and on this machine's own /sys (virtio only: an empty sn
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from nodewarden.collectors import pcie
 from nodewarden.collectors.pcie import PcieCollector
+from sysfs_trees import FIXTURES, copy_tree
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 AER = "h100-hgx-ndr-aer"
 GPUS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9b:00.0", "0000:ab:00.0",
         "0000:ba:00.0", "0000:db:00.0")
@@ -21,12 +20,6 @@ HCAS = ("0000:1a:00.0", "0000:2c:00.0", "0000:3c:00.0", "0000:5e:00.0", "0000:9c
         "0000:bc:00.0", "0000:dd:00.0")
 NVSWITCHES = ("0000:05:00.0", "0000:06:00.0", "0000:07:00.0", "0000:08:00.0")
 BF3 = ("0000:c1:00.0", "0000:c1:00.1")
-
-
-def copy_tree(name: str, tmp_path: Path) -> Path:
-    dst = tmp_path / name
-    shutil.copytree(FIXTURES / name, dst, symlinks=True)
-    return dst
 
 
 def values(snap) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
