@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--poll-interval", type=float, metavar="SECONDS",
                     help="seconds between polls of NVML and sysfs (default 10)")
     ag.add_argument("--no-validator", action="store_true", help="do not run the weekly validation")
+    ag.add_argument("--accept-injected", action="store_true",
+                    help="count records user space wrote into /dev/kmsg (facility not kern) as faults "
+                         "(end-to-end tests; default: counted apart in "
+                         "nodewarden_collector_kmsg_injected_records_total)")
     ag.add_argument("--hostname", help="host label of events (default: this machine's name)")
     ag.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
     ag.set_defaults(func=cmd_agent)

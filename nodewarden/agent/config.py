@@ -20,6 +20,10 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     pcie = true
     netclass = true
 
+    [kernel_log]
+    accept_injected = false              # count records user space wrote into /dev/kmsg (facility
+                                         # not kern) as faults; for end-to-end tests only
+
     [flash_cut]
     max_seconds = 60                     # a port back within this long had a flash cut
 
@@ -81,6 +85,7 @@ class AgentConfig:
     kmsg: str = "/dev/kmsg"
     boot_id_path: str = "/proc/sys/kernel/random/boot_id"
     collectors: tuple[tuple[str, bool], ...] = tuple((c, True) for c in COLLECTORS)
+    accept_injected: bool = False
     flash_cut_max_seconds: float = 60.0
     journal_max_bytes: int = 256 << 20
     journal_max_age_days: float = 400.0
@@ -174,6 +179,7 @@ TOP: dict[str, Callable[[Any], Any]] = {
 }
 TABLES: dict[str, dict[str, Callable[[Any], Any]]] = {
     "collectors": {c: _boolean for c in COLLECTORS},
+    "kernel_log": {"accept_injected": _boolean},
     "flash_cut": {"max_seconds": _number()},
     "journal": {"max_bytes": _integer(1), "max_age_days": _number()},
     "validator": {"enabled": _boolean, "interval_days": _number(), "jitter_hours": _number(positive=False),
@@ -213,6 +219,8 @@ def parse(doc: dict[str, Any], name: str, base: AgentConfig | None = None) -> Ag
         merged = dict(cfg.collectors)
         merged.update(tables["collectors"])
         changes["collectors"] = tuple((c, merged[c]) for c in COLLECTORS)
+    if "accept_injected" in tables.get("kernel_log", {}):
+        changes["accept_injected"] = tables["kernel_log"]["accept_injected"]
     if "max_seconds" in tables.get("flash_cut", {}):
         changes["flash_cut_max_seconds"] = tables["flash_cut"]["max_seconds"]
     j = tables.get("journal", {})
@@ -262,6 +270,8 @@ def resolve(args: argparse.Namespace, default_path: str = DEFAULT_PATH) -> Agent
         if not poll > 0:
             raise ConfigError(f"--poll-interval: expected a number > 0, got {poll}")
         flags["poll_interval_seconds"] = float(poll)
+    if getattr(args, "accept_injected", False):
+        flags["accept_injected"] = True
     if getattr(args, "no_validator", False):
         flags["validator"] = dataclasses.replace(cfg.validator, enabled=False)
     return dataclasses.replace(cfg, **flags)

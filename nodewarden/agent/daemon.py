@@ -103,7 +103,8 @@ class Agent:
             log.warning("%s unreadable: a reboot is recognised by sequence numbers only", self.cfg.boot_id_path)
         follower = KmsgFollower(reader, self.counters, self.store, host=self.host, gpu_of=self.gpu_of,
                                 boot_time=boot_time_now(), position=self.position, journaled=self.journaled,
-                                lock=self.lock, observer=self.observer)
+                                lock=self.lock, observer=self.observer,
+                                accept_injected=self.cfg.accept_injected)
         try:
             n = follower.catch_up()
         except OSError as e:

@@ -47,6 +47,12 @@ series                                                       type     P      mea
 ``collector_kmsg_lost_records_total``                        counter  yes    records known lost: gaps in ``/dev/kmsg`` sequence
                                                                              numbers (an overrun, or the ring buffer wrapped past
                                                                              the saved cursor while the agent was down).
+``collector_kmsg_injected_records_total{kind}``              counter  yes    records user space wrote into ``/dev/kmsg`` (syslog
+                                                                             facility not ``kern``: ``echo ... > /dev/kmsg``,
+                                                                             ``logger --kmsg``, a test suite) that read like a fault
+                                                                             of ``kind``: one per event they would make. Never
+                                                                             counted in the fault series above nor journaled, unless
+                                                                             ``[kernel_log] accept_injected = true``.
 ``collector_state_write_errors_total``                       counter  no     failed writes of ``state.json`` or of the event
                                                                              journal (read-only or full state directory).
 ``collector_journal_bytes``                                  gauge    no     bytes in the event journal files (bounded by
@@ -149,6 +155,9 @@ OVERRUNS = Family(PREFIX + "collector_kmsg_overruns_total", "counter",
                   "Times the /dev/kmsg reader fell behind the kernel ring buffer (EPIPE).")
 LOST = Family(PREFIX + "collector_kmsg_lost_records_total", "counter",
               "Kernel log records known lost (gaps in /dev/kmsg sequence numbers).")
+INJECTED = Family(PREFIX + "collector_kmsg_injected_records_total", "counter",
+                  "Records written into /dev/kmsg by user space (facility not kern) that read like faults; "
+                  "not counted as faults.", ("kind",))
 STATE_ERRORS = Family(PREFIX + "collector_state_write_errors_total", "counter",
                       "Failed writes of the agent state file or event journal.", (), persist=False)
 JOURNAL_BYTES = Family(PREFIX + "collector_journal_bytes", "gauge",
@@ -179,7 +188,7 @@ VAL_NEXT = Family(PREFIX + "validator_next_run_timestamp_seconds", "gauge",
 BUILD_INFO = Family(PREFIX + "build_info", "gauge", "nodewarden version; always 1.", ("version",), persist=False)
 
 FAMILIES: tuple[Family, ...] = (XID, EDAC_LOGGED, MCE, IB_LINK, FLASH_CUTS, OUTAGES, EVENTS, UNPARSED, OVERRUNS,
-                                LOST, STATE_ERRORS, JOURNAL_BYTES, JOURNAL_DROPPED, SUCCESS, DURATION, LAST_SUCCESS,
+                                LOST, INJECTED, STATE_ERRORS, JOURNAL_BYTES, JOURNAL_DROPPED, SUCCESS, DURATION, LAST_SUCCESS,
                                 VAL_STATUS, VAL_VALUE, VAL_LAST_RUN, VAL_EXIT, VAL_ATTEMPT, VAL_NEXT, BUILD_INFO)
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 

@@ -105,15 +105,20 @@ class KmsgFollower:
     (CLOCK_BOOTTIME), to tell at start whether the newest record is old. lock: held while
     counting, journaling and saving (shared with the poller). observer: sees the events counted
     (the flash-cut detector, :class:`nodewarden.agent.poller.FlashCuts`), counts what it derives
-    from them and returns those events, journaled with them.
+    from them and returns those events, journaled with them. accept_injected: count records that
+    user space wrote into ``/dev/kmsg`` (facility not ``kern``, attribute ``injected``) as faults;
+    False (the default): they count only in ``collector_kmsg_injected_records_total{kind}``, are
+    not journaled and never reach the observer (only the kernel makes a fault).
     """
 
     def __init__(self, source: RecordSource, counters: Counters, store: StateStore, *, host: str | None,
                  gpu_of: Callable[[str | None], str], boot_time: dt.datetime | None,
                  position: KmsgPosition | None, journaled: Iterable[tuple[Any, ...]] = (),
                  clock: Callable[[], float] = boottime_now, lock: threading.RLock | None = None,
-                 observer: Callable[[list[FaultEvent]], list[FaultEvent]] | None = None) -> None:
+                 observer: Callable[[list[FaultEvent]], list[FaultEvent]] | None = None,
+                 accept_injected: bool = False) -> None:
         self.source = source
+        self.accept_injected = accept_injected
         self.lock = lock if lock is not None else threading.RLock()
         self.observer = observer
         self.counters = counters
@@ -226,6 +231,8 @@ class KmsgFollower:
         (with what the observer derived from them). Returns the events counted. Call with
         :attr:`lock` held."""
         new = [e for e in events if not counted_before(e, self.resume)]
+        if not self.accept_injected:
+            new = self._set_aside_injected(new)
         for e in new:
             self.counters.add_all(ex.increments(e, self.gpu_of))
         self.events_counted += len(new)
@@ -237,6 +244,17 @@ class KmsgFollower:
         if new:
             self._counts_dirty = True
         return new
+
+    def _set_aside_injected(self, events: list[FaultEvent]) -> list[FaultEvent]:
+        """The events of kernel records; those of records user space wrote are counted in
+        :data:`~nodewarden.agent.exporter.INJECTED` by kind and dropped."""
+        kernel = [e for e in events if not e.attrs.get("injected")]
+        if len(kernel) != len(events):
+            for e in events:
+                if e.attrs.get("injected"):
+                    self.counters.add(ex.INJECTED, (e.kind,), 1.0)
+            self._counts_dirty = True
+        return kernel
 
     def position(self) -> KmsgPosition | None:
         """The cursor to save now."""

@@ -103,9 +103,12 @@ class Agent:
             pytest.fail(f"agent did not stop on signal {sig} within {DEADLINE_S}s; log:\n{self.log.read_text()}")
 
 
-def agent_cmd(port: int, state_dir: Path, *extra: str) -> list[str]:
+def agent_cmd(port: int, state_dir: Path, *extra: str, accept_injected: bool = True) -> list[str]:
+    """The agent's command line. The lines these tests write into /dev/kmsg come from user space
+    (facility ``user``): the agent counts them as faults only with ``--accept-injected``."""
     return [sys.executable, "-m", "nodewarden", "agent", "--listen", f"127.0.0.1:{port}",
-            "--state-dir", str(state_dir), "--hostname", "testnode", *extra]
+            "--state-dir", str(state_dir), "--hostname", "testnode", *extra,
+            *(["--accept-injected"] if accept_injected else [])]
 
 
 def agent_env() -> dict[str, str]:
@@ -114,12 +117,13 @@ def agent_env() -> dict[str, str]:
     return env
 
 
-def start_agent(state_dir: Path, log: Path, *extra: str, ready: bool = True) -> Agent:
+def start_agent(state_dir: Path, log: Path, *extra: str, ready: bool = True, accept_injected: bool = True) -> Agent:
     """Start ``python -m nodewarden agent``; with ``ready``, wait until it has caught up with
     the ring buffer (/healthz says kmsg_readable)."""
     port = free_port()
     logf = open(log, "ab")
-    proc = subprocess.Popen(agent_cmd(port, state_dir, *extra), cwd=REPO, env=agent_env(),
+    proc = subprocess.Popen(agent_cmd(port, state_dir, *extra, accept_injected=accept_injected), cwd=REPO,
+                            env=agent_env(),
                             stdout=logf, stderr=subprocess.STDOUT)
     logf.close()
     a = Agent(proc, port, log)
@@ -218,6 +222,32 @@ def journal_events(state_dir: Path) -> list[dict]:
 
 # ---------------------------------------------------------------------------------------------
 # tests
+
+@needs_kmsg
+def test_lines_user_space_writes_into_kmsg_are_never_faults(tmp_path: Path, agents: list[Agent]) -> None:
+    """By default a record of facility ``user`` (what ``echo ... > /dev/kmsg`` makes) counts only in
+    the injected-records counter: no fault series, no journal entry, even across a restart."""
+    L = Lines.make()
+    state = tmp_path / "state"
+    a = start_agent(state, tmp_path / "agent.log", accept_injected=False)
+    agents.append(a)
+    injected = "nodewarden_collector_kmsg_injected_records_total"
+    x0, e0, i0 = a.value(injected, kind="xid"), a.value(injected, kind="cpu_ecc"), a.value(injected, kind="ib_link_down")
+    write_kmsg(L.xid48(0x07), L.xid79_text(0x08), L.edac(3, "UE"), L.ib("DOWN"))
+    wait_for("the injected IB line counted apart", lambda: a.value(injected, kind="ib_link_down") == i0 + 1)
+    s = a.samples()
+    assert s[(injected, frozenset({"kind": "xid"}.items()))] == x0 + 2
+    assert s[(injected, frozenset({"kind": "cpu_ecc"}.items()))] == e0 + 1
+    mine = [k for k in s if L.pci_domain in str(k) or L.rdma in str(k) or L.dimm in str(k)]
+    assert mine == []  # no Xid, EDAC or IB series carries these lines' labels
+    assert not [e for e in journal_events(state) if L.pci_domain in (e.get("pci_bus_id") or "")
+                or L.rdma in json.dumps(e)]
+    assert a.stop(signal.SIGTERM) == 0
+    b = start_agent(state, tmp_path / "agent.log", accept_injected=False)
+    agents.append(b)
+    assert b.value(injected, kind="xid") == x0 + 2  # persisted, not counted again at the restart
+    assert b.stop(signal.SIGTERM) == 0
+
 
 @needs_kmsg
 def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_path: Path, agents: list[Agent]) -> None:

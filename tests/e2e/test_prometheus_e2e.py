@@ -129,7 +129,7 @@ def test_faults_reach_prometheus(tmp_path: Path) -> None:
         f'listen = "127.0.0.1:{agent_port}"\nstate_dir = "{tmp_path / "state"}"\nhostname = "e2e-node"\n'
         f'sysfs = "{sysfs}"\nprocfs = "{tmp_path / "proc"}"\n'
         "poll_interval_seconds = 1\ncollector_timeout_seconds = 2\n"
-        "[collectors]\nkernel_log = true\n[validator]\nenabled = false\n")
+        "[collectors]\nkernel_log = true\n[kernel_log]\naccept_injected = true\n[validator]\nenabled = false\n")
     prom_config = tmp_path / "prometheus.yml"
     prom_config.write_text(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
