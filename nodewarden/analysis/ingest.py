@@ -14,9 +14,9 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Generator, Iterable, Iterator
 
-from nodewarden.collectors.kernel_log import InputError, LogFile, events_from_stream, expand_paths, read_file
+from nodewarden.collectors.kernel_log import InputError, LogFile, events_from_stream, expand_paths, iter_file
 from nodewarden import events as ev
 from nodewarden.events import KINDS, FaultEvent
 from nodewarden.parsing.dedupe import CopyDeduper
@@ -176,25 +176,76 @@ def _run_source(input_id: str, read: Callable[[], tuple[Iterable[FaultEvent], Ke
     return (input_id, list(events), records, unparsed, error, True)
 
 
-def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
-                cache_dir: str | None, split: bool = True) -> list[_Result]:
-    """Results of ``files`` in order (one task of the process pool or the Dask cluster, or run
-    in-process). Kernel logs come from the cache when their size and mtime are unchanged; parsed
-    ones are stored. ``split``: a large plain file may be parsed by several local processes."""
+# A file's events read in this process are streamed: a generator yielding them and returning
+# (records, unparsed, error, counted) once done. Results of a pool task are lists.
+Streamed = Generator[FaultEvent, None, "tuple[int | None, int | None, str | None, bool]"]
+CACHE_MAX_EVENTS = 50_000  # a group with more events than this is not cached (memory)
+TASK_MAX_EVENTS = 50_000  # a pool task returns at most this many events; later files are read here
+
+
+def _stream_file(f: LogFile, tz: str | None, boot_time: dt.datetime | None, split: bool,
+                 done: Callable[[list[FaultEvent], tuple], None] | None = None) -> Streamed:
+    """The events of one kernel-log file as they are parsed. ``done``, when given, gets the
+    events (held for it, up to CACHE_MAX_EVENTS: past that, ``done`` is not called) and the
+    outcome once the file is read to its end."""
+    keep: list[FaultEvent] = []
+    n = 0
+    try:
+        it = iter_file(f, tz=tz, boot_time=boot_time, split=split)
+        while True:
+            try:
+                e = next(it)
+            except StopIteration as stop:
+                parser, error = stop.value
+                break
+            n += 1
+            if done is not None:
+                if n > CACHE_MAX_EVENTS:  # too many to hold for the cache: this file is not cached
+                    keep, done = [], None
+                else:
+                    keep.append(e)
+            yield e
+    except InputError as e:  # the file could not be opened: nothing read
+        return None, None, str(e), False
+    except OSError as e:
+        return None, None, f"{f.path}: {e.strerror or e}", False
+    # A file that could be read in part counts as read; one whose error left no event does not.
+    outcome = (parser.stats.records, parser.stats.unparsed, error, error is None or n > 0)
+    if done is not None:
+        done(keep, outcome)
+    return outcome
+
+
+def _group_results(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
+                   cache_dir: str | None, split: bool = True) -> Iterator[_Result]:
+    """Results of ``files`` in order, each to be consumed before the next is asked for; a
+    kernel log not in the cache streams its events (see :data:`Streamed`). Kernel logs come from
+    the cache when their size and mtime are unchanged; parsed ones are stored once the group is
+    done, unless it held more than CACHE_MAX_EVENTS events. ``split``: a large plain file may be
+    parsed by several local processes."""
     cache = cache_path = None
     stored: dict = {}
     entries: list = []
-    dirty = False
     if cache_dir is not None and any(not _is_journal(f.path) for f in files):
         from nodewarden.analysis.cache import EventCache
         cache = EventCache(cache_dir, tz=tz, boot_time=boot_time)
         cache_path = cache.path_for(files[0].path.parent, files[0].path)
         stored = cache.load(cache_path)
-    out: list[_Result] = []
+    parsed = [0, 0]  # files parsed into entries, events held for them
+
+    def store(key: tuple, parsed_ns: int) -> Callable[[list[FaultEvent], tuple], None]:
+        def done(events: list[FaultEvent], outcome: tuple) -> None:
+            records, unparsed, error, _ = outcome
+            parsed[1] += len(events)
+            if error is None and parsed[1] <= CACHE_MAX_EVENTS:
+                entries.append((key, events, records, unparsed, parsed_ns))
+                parsed[0] += 1
+        return done
+
     for f in files:
         input_id = str(f.path)
         if _is_journal(f.path):
-            out.append(_run_source(input_id, lambda f=f: _journal_events(f)))
+            yield _run_source(input_id, lambda f=f: _journal_events(f))
             continue
         key = None
         if cache is not None:
@@ -207,17 +258,41 @@ def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | N
             if hit is not None:
                 events, records, unparsed, parsed_ns = hit
                 entries.append((key, events, records, unparsed, parsed_ns))
-                out.append((input_id, events, records, unparsed, None, True))
+                yield (input_id, events, records, unparsed, None, True)
                 continue
-        parsed_ns = time.time_ns()
-        r = _run_source(input_id, lambda f=f: read_file(f, tz=tz, boot_time=boot_time, split=split))
-        out.append(r)
-        if key is not None and r[4] is None:
-            entries.append((key, r[1], r[2], r[3], parsed_ns))
-            dirty = True
-    if cache is not None and dirty:
+        done = store(key, time.time_ns()) if key is not None and parsed[1] <= CACHE_MAX_EVENTS else None
+        yield (input_id, _stream_file(f, tz, boot_time, split, done), None, None, None, True)
+    if cache is not None and parsed[0] and parsed[1] <= CACHE_MAX_EVENTS:
         cache.store(cache_path, entries)
+
+
+def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
+                cache_dir: str | None, split: bool = True, max_events: int | None = None) -> list[_Result]:
+    """:func:`_group_results` as lists (a task of the process pool or the Dask cluster). Once
+    ``max_events`` events are held, the files after that one come back with events None: the
+    caller streams those itself."""
+    out: list[_Result] = []
+    n = 0
+    for input_id, events, records, unparsed, error, counted in _group_results(files, tz, boot_time, cache_dir, split):
+        if max_events is not None and n >= max_events:
+            if not isinstance(events, list):
+                events.close()
+            out.append((input_id, None, None, None, None, True))
+            continue
+        if not isinstance(events, list):
+            events, (records, unparsed, error, counted) = _drain(events)
+        n += len(events)
+        out.append((input_id, events, records, unparsed, error, counted))
     return out
+
+
+def _drain(it: Streamed) -> tuple[list[FaultEvent], tuple[int | None, int | None, str | None, bool]]:
+    out: list[FaultEvent] = []
+    while True:
+        try:
+            out.append(next(it))
+        except StopIteration as stop:
+            return out, stop.value
 
 
 def _read_group_from(cwd: str, files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
@@ -318,14 +393,18 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
         # Units in input order: (True, files) for a pool task, (False, read) read here.
         units: list[tuple[bool, object]] = []
         if "-" in paths:
-            def read_stdin() -> tuple[Iterable[FaultEvent], KernelLogParser]:
+            def read_stdin() -> Streamed:
                 parser = KernelLogParser(source="stdin")
                 ctx = TimeContext.make(tz=tz, boot_time=boot_time)
                 stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
                 if stream is None:
-                    raise InputError("-: standard input is closed")
-                return list(events_from_stream(stream, parser, ctx)), parser
-            units.append((False, lambda: [_run_source("-", read_stdin)]))
+                    return None, None, "-: standard input is closed", False
+                try:
+                    yield from events_from_stream(stream, parser, ctx)
+                except (OSError, EOFError) as e:
+                    return parser.stats.records, parser.stats.unparsed, f"-: {e}", True
+                return parser.stats.records, parser.stats.unparsed, None, True
+            units.append((False, lambda: [("-", read_stdin(), None, None, None, True)]))
         group: list[LogFile] = []
 
         def close_group() -> None:
@@ -345,12 +424,28 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
             elif not _small_file(st) and dask is None:
                 close_group()  # read_file splits it across processes itself
                 # --jobs 1: one process, a large file included
-                units.append((False, lambda f=f: _read_group([f], tz, boot_time, cache, jobs > 1)))
+                units.append((False, lambda f=f: _group_results([f], tz, boot_time, cache, jobs > 1)))
             else:
                 if group and (group[0].path.parent != f.path.parent or len(group) >= GROUP_MAX_FILES):
                     close_group()
                 group.append(f)
         close_group()
+
+        def select(events: Iterable[FaultEvent], input_id: str, scope: str) -> Generator[FaultEvent, None, Any]:
+            """The events of one input that are no copy and pass the filters; returns what a
+            streamed input returns."""
+            it = iter(events)
+            while True:
+                try:
+                    e = next(it)
+                except StopIteration as stop:
+                    return stop.value
+                if deduper is not None and not deduper.accept(e, input_id, scope):
+                    stats.copies_dropped += 1
+                    continue
+                if filters.match(e):
+                    stats.events += 1
+                    yield e
 
         pooled = [i for i, (in_pool, _) in enumerate(units) if in_pool]
         pool = dask
@@ -372,30 +467,31 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                             inflight[j] = pool.submit(_read_group_from, os.getcwd(), units[j][1], tz, boot_time,
                                                       cache and os.path.abspath(cache), split)
                         else:
-                            inflight[j] = pool.submit(_read_group, units[j][1], tz, boot_time, cache, split)
+                            inflight[j] = pool.submit(_read_group, units[j][1], tz, boot_time, cache, split,
+                                                      TASK_MAX_EVENTS)
                         next_task += 1
                     results = pool.result(inflight.pop(i))
                 elif in_pool:
-                    results = _read_group(unit, tz, boot_time, cache)  # type: ignore[arg-type]
+                    results = _group_results(unit, tz, boot_time, cache)  # type: ignore[arg-type]
                 else:
                     results = unit()  # type: ignore[operator]
                 for input_id, events, records, unparsed, error, counted in results:
+                    if events is None:  # held back by a pool task at its event bound: read here
+                        f = next(f for f in unit if str(f.path) == input_id)  # type: ignore[attr-defined]
+                        events = _stream_file(f, tz, boot_time, False)
+                    scope = input_id if input_id == "-" else os.path.dirname(os.path.abspath(input_id))
+                    if isinstance(events, list):
+                        yield from select(events, input_id, scope)
+                    else:  # streamed: each event written out as it is parsed
+                        records, unparsed, error, counted = yield from select(events, input_id, scope)
                     if error is not None:
                         report(error)
                     if not counted:
                         continue
                     stats.files += 1
-                    scope = input_id if input_id == "-" else os.path.dirname(os.path.abspath(input_id))
                     if records is not None:
                         stats.records += records
                         stats.unparsed += unparsed
-                    for e in events:
-                        if deduper is not None and not deduper.accept(e, input_id, scope):
-                            stats.copies_dropped += 1
-                            continue
-                        if filters.match(e):
-                            stats.events += 1
-                            yield e
             finished = True
         finally:
             if pool is not None:

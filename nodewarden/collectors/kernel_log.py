@@ -21,7 +21,7 @@ import stat
 import time
 import zlib
 from pathlib import Path
-from typing import IO, Iterable, Iterator
+from typing import IO, Generator, Iterable, Iterator
 
 from nodewarden.events import FaultEvent
 from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
@@ -369,16 +369,15 @@ def iter_regions(stream: IO[bytes], chunk: int = CHUNK, max_read: int | None = N
         filled = carry
 
 
-def _buffer_records(buf: bytes | bytearray, hi: int, ctx: TimeContext, base_offset: int) -> list:
-    """The parsed envelopes of the candidate records in ``buf[:hi]`` (whole records)."""
-    recs = []
+def _buffer_records(buf: bytes | bytearray, hi: int, ctx: TimeContext, base_offset: int) -> Iterator:
+    """The parsed envelopes of the candidate records in ``buf[:hi]`` (whole records), one at a
+    time (a whole file's text holds millions in a storm): consume them before ``buf`` changes."""
     for start, end in candidate_records(buf, hi=hi):
         lines = buf[start:end].decode("utf-8", "replace").split("\n")
         rec = join_record(lines, ctx)
         if rec is not None:
             rec.offset = base_offset + start
-            recs.append(rec)
-    return recs
+            yield rec
 
 
 def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext,
@@ -393,24 +392,14 @@ def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeCont
     """
     pos = base_offset
     for buf, hi in iter_regions(stream, max_read=max_read):
-        # Parse after the scan: the buffer is reused by the next read.
-        recs = _buffer_records(buf, hi, ctx, pos)
-        pos += hi
-        if offsets is not None:
-            offsets.extend(rec.offset for rec in recs)
-        for rec in recs:
+        # Every record of a region is parsed before the next read reuses the buffer.
+        base, pos = pos, pos + hi
+        for rec in _buffer_records(buf, hi, ctx, base):
+            if offsets is not None:
+                offsets.append(rec.offset)
             yield from parser.feed(rec)
     if flush:
         yield from parser.flush()
-
-
-def events_from_bytes(data: bytes | bytearray, parser: KernelLogParser, ctx: TimeContext) -> list[FaultEvent]:
-    """Events of a whole log text held in memory (then the parser's held events)."""
-    out: list[FaultEvent] = []
-    for rec in _buffer_records(data, len(data), ctx, 0):
-        out.extend(parser.feed(rec))
-    out.extend(parser.flush())
-    return out
 
 
 def gunzip(data: bytes, limit: int = SMALL_TEXT) -> tuple[bytes, str | None] | None:
@@ -452,10 +441,17 @@ LOOKAHEAD = 4 << 20
 
 
 class _RangeReader:
-    """``readinto`` over ``f`` limited to ``remaining`` bytes (a file object for iter_regions)."""
+    """``readinto`` over ``f`` limited to ``remaining`` bytes (a file object for iter_regions);
+    as a context manager it closes ``f``."""
 
     def __init__(self, f: IO[bytes], remaining: int) -> None:
         self.f, self.remaining = f, remaining
+
+    def __enter__(self) -> _RangeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.f.close()
 
     def readinto(self, b: memoryview) -> int:
         n = min(len(b), self.remaining)
@@ -509,7 +505,10 @@ def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo |
 
 
 def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | None,
-                   boot_time: dt.datetime | None, source: str) -> tuple[list[FaultEvent], KernelLogParser]:
+                   boot_time: dt.datetime | None, source: str) -> FileEvents:
+    """The events of a large plain file, parsed by ``workers`` processes, one byte range each,
+    yielded in file order as the ranges complete. Returns ``(parser, None)``. Raises OSError
+    when a worker dies."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
     from multiprocessing import get_context
@@ -531,14 +530,13 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
         stop = size if k == ranges - 1 else min(size, end + LOOKAHEAD)
         jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == ranges - 1))
     parser = KernelLogParser(host=f.host, source=source, origin=printable(str(f.path)))
-    events: list[FaultEvent] = []
     from nodewarden.workers import ignore_sigint, stop, wait
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=ignore_sigint)
     try:
         futures = [pool.submit(_parse_range, *job) for job in jobs]
         for fut in futures:
             kept, records, unparsed = wait(fut)
-            events.extend(kept)
+            yield from kept
             parser.stats.records += records
             parser.stats.unparsed += unparsed
             parser.stats.events += len(kept)
@@ -549,7 +547,7 @@ def _read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | No
         stop(pool)
         raise
     pool.shutdown(wait=True)
-    return events, parser
+    return parser, None
 
 
 _CPUS = os.cpu_count() or 1
@@ -571,10 +569,37 @@ def _read_small(path: Path) -> tuple[bytes, str | None] | None:
 
 def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
               source: str = "file", split: bool = True) -> tuple[list[FaultEvent], KernelLogParser]:
-    """All events of one file. Raises InputError naming the file when it cannot be read.
+    """All events of one file (:func:`iter_file` collected). Raises InputError naming the file
+    when it cannot be read, with the events of the part kept."""
+    it = iter_file(f, tz=tz, boot_time=boot_time, source=source, split=split)
+    events: list[FaultEvent] = []
+    while True:
+        try:
+            events.append(next(it))
+        except StopIteration as stop:
+            parser, error = stop.value
+            break
+    if error is not None:
+        raise InputError(error, events, parser)
+    return events, parser
 
-    ``split``: a plain file of PARALLEL_MIN_BYTES or more is parsed by several processes, one
-    byte range each (False: by this one, e.g. inside a pool worker)."""
+
+FileEvents = Generator[FaultEvent, None, "tuple[KernelLogParser, str | None]"]
+
+
+def iter_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
+              source: str = "file", split: bool = True) -> FileEvents:
+    """The events of one file, yielded as they are parsed: memory is bounded by the file's read
+    buffers (a small file's text, a chunk of a large one; a byte range's events when
+    ``split``), never by its events. Returns ``(parser, error)``: the parser's counts, and None
+    or the message (naming the file) of why the file could not be read to its end, all events
+    of the part kept having been yielded. Raises InputError before the first event when the
+    file cannot be opened at all.
+
+    A gzip member that fails its integrity check gives no events (see :class:`GzipText`): a
+    small archive is inflated whole before parsing; a larger one is inflated once first to
+    find where its sound text ends. ``split``: a plain file of PARALLEL_MIN_BYTES or more is
+    parsed by several processes, one byte range each (False: by this one)."""
     try:
         st = os.stat(f.path)
     except OSError as e:
@@ -582,15 +607,17 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
     mtime = dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)
     ctx = TimeContext.make(tz=tz, reference=mtime, boot_time=boot_time)
     parser = KernelLogParser(host=f.host, source=source, origin=printable(str(f.path)))
+    n = 0
     if stat.S_ISREG(st.st_mode) and st.st_size <= SMALL_FILE:
         whole = _read_small(f.path)
         if whole is not None:
             text, error = whole
-            events = events_from_bytes(text, parser, ctx)
+            for e in events_from_bytes(text, parser, ctx):
+                n += 1
+                yield e
             if error is not None:
-                raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {error}",
-                                 events, parser)
-            return events, parser
+                return parser, f"{f.path}: cannot read past the part kept ({n} event(s)): {error}"
+            return parser, None
     stream = open_log(f.path)
     workers = min(_CPUS, 8)
     gz = stream if isinstance(stream, GzipText) else None
@@ -600,25 +627,66 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
         if size >= PARALLEL_MIN_BYTES:
             stream.close()
             try:
-                return _read_parallel(f, size, min(workers, size // (PARALLEL_MIN_BYTES // 2)), tz, boot_time, source)
+                return (yield from _read_parallel(f, size, min(workers, size // (PARALLEL_MIN_BYTES // 2)),
+                                                  tz, boot_time, source))
             except OSError as e:
-                raise InputError(f"{f.path}: cannot read: {e}") from e
-    events: list[FaultEvent] = []
+                return parser, f"{f.path}: cannot read: {e}"
+    cut: tuple[int, str] | None = None
+    if gz is not None:
+        cut = _gzip_corrupt_member(f.path)
+        if cut is not None:  # parse only the text before the corrupt member
+            stream.close()
+            stream = _RangeReader(open_log(f.path), cut[0])  # type: ignore[assignment]
     try:
-        with stream:
+        with stream:  # type: ignore[attr-defined]
             # bzip2/xz input is read in small steps: a truncated file then loses at most one step.
             small = None if plain or gz is not None else COMPRESSED_READ
-            events.extend(events_from_stream(stream, parser, ctx, max_read=small))
-        return events, parser
+            for e in events_from_stream(stream, parser, ctx, max_read=small, flush=False):  # type: ignore[arg-type]
+                n += 1
+                yield e
     except (OSError, EOFError, lzma.LZMAError) as e:
-        events.extend(parser.flush())
-        reason = str(e)
-        if gz is not None and isinstance(e, OSError):  # a corrupt member: none of its text is used
-            cut = gz.member_start
-            events = [ev for ev in events if ev.origin is None or ev.origin < cut]
-            reason = drop_note(e, gz.tell_text() - cut)
-        raise InputError(f"{f.path}: cannot read past the part kept ({len(events)} event(s)): {reason}",
-                         events, parser) from e
+        reason: str | None = str(e)
+    else:
+        reason = cut[1] if cut is not None else None
+    for e in parser.flush():
+        n += 1
+        yield e
+    if reason is None:
+        return parser, None
+    return parser, f"{f.path}: cannot read past the part kept ({n} event(s)): {reason}"
+
+
+def events_from_bytes(data: bytes | bytearray, parser: KernelLogParser, ctx: TimeContext) -> Iterator[FaultEvent]:
+    """Events of a whole log text held in memory, then the parser's held events."""
+    for rec in _buffer_records(data, len(data), ctx, 0):
+        yield from parser.feed(rec)
+    yield from parser.flush()
+
+
+def _gzip_corrupt_member(path: Path) -> tuple[int, str] | None:
+    """Inflate a gzip file, keeping none of its text: (text offset where the first corrupt
+    member begins, why its text is not used), or None when no member is corrupt (a truncated
+    last member is not: its text is sound). Constant memory; raises InputError when the file
+    cannot be opened."""
+    r = GzipText(open_log_raw(path))
+    buf = bytearray(CHUNK)
+    try:
+        with r:
+            while r.readinto(buf):
+                pass
+    except EOFError:
+        return None
+    except OSError as e:
+        return r.member_start, drop_note(e, r.tell_text() - r.member_start)
+    return None
+
+
+def open_log_raw(path: Path) -> IO[bytes]:
+    """``path`` opened for binary reading, as it is on disk. Raises InputError naming it."""
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise InputError(f"{path}: {e.strerror or e}") from e
 
 
 # ---------------------------------------------------------------------------------------------

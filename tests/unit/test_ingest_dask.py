@@ -55,7 +55,7 @@ def test_dask_gives_the_local_result_exactly(fleet: Path, scheduler: str, monkey
     def not_here(*a, **kw):
         raise AssertionError("a file was parsed in this process, not on the cluster")
 
-    monkeypatch.setattr(ingest_mod, "read_file", not_here)  # the workers have their own module
+    monkeypatch.setattr(ingest_mod, "iter_file", not_here)  # the workers have their own module
     remote, remote_stats = _run([str(fleet)], scheduler=scheduler)
     assert len(local) > 100 and local_stats["copies_dropped"] > 0
     assert [e for e in local_stats["errors"] if "kern.log.99.gz" in e or "kern.log.98" in e] == local_stats["errors"]

@@ -92,13 +92,13 @@ def test_cache_round_trip_and_reuse(fleet: Path, tmp_path: Path, monkeypatch: py
 
     # Unchanged files come from the cache (only the truncated archive, never cached, is read).
     calls: list[str] = []
-    real = ingest_mod.read_file
+    real = ingest_mod.iter_file
 
     def counting(f, **kw):
         calls.append(f.path.name)
         return real(f, **kw)
 
-    monkeypatch.setattr(ingest_mod, "read_file", counting)
+    monkeypatch.setattr(ingest_mod, "iter_file", counting)
     second = _run([str(fleet)], jobs=1, cache_dir=cache)
     assert second == parsed
     assert calls == ["kern.log.99.gz"]
