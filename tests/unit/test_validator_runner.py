@@ -204,14 +204,121 @@ def test_misspelt_parameters_are_refused(tmp_path: Path, capsys: pytest.CaptureF
     assert "checks.links.ib_ports_minimum: unknown parameter" in capsys.readouterr().err
 
 
-def test_gpus_on_the_bus_without_cuda_fail_instead_of_passing_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
-    """--device auto on a node whose GPUs PyTorch cannot see (driver down, CPU-only torch) must
-    not pass the GPU checks on the CPU fallback; --device cpu still runs them on purpose."""
+def test_gpus_on_the_bus_without_cuda_are_incomplete_not_a_cpu_pass(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """--device auto on a node whose GPUs PyTorch cannot use (a CPU-only torch here) must not pass
+    the GPU checks on the CPU fallback: could not complete (exit 3); --device cpu still runs them
+    on purpose, and the table and the JSON report say cpu and the profile."""
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
     sysfs = FIXTURES / "h100-hgx-ndr"
     small = ["--set", "gpu_memory.cpu_buffer_bytes=1048576", "--profile", "generic", "--no-progress"]
-    assert main(["validate", "--checks", "gpu_memory", "--sysfs", str(sysfs), *small]) == exitcodes.UNHEALTHY
-    assert "8 NVIDIA GPU(s) on the PCI bus but no CUDA device visible to PyTorch" in capsys.readouterr().out
-    assert main(["validate", "--checks", "gpu_memory", "--sysfs", str(sysfs), "--device", "cpu", *small]) == 0
+    assert main(["validate", "--checks", "gpu_memory", "--sysfs", str(sysfs), *small]) == exitcodes.INCOMPLETE
+    out = capsys.readouterr().out
+    assert ("INCOMPLETE: nodewarden gpu_memory: 8 NVIDIA GPU(s) on this node but PyTorch "
+            f"{torch.__version__} is a CPU-only build (no CUDA)") in out
+    assert "DRAIN:" not in out
+    report = tmp_path / "r.json"
+    assert main(["validate", "--checks", "gpu_memory", "--sysfs", str(sysfs), "--device", "cpu", "--json",
+                 str(report), *small]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "gpu_memory" in line)
+    assert [c.strip() for c in row.split("│")[1:5]] == ["gpu_memory", "pass", "cpu", "generic"]
+    doc = json.loads(report.read_text())
+    assert (doc["device"], doc["device_requested"], doc["profile"]) == ("cpu", "cpu", "generic")
+    (check,) = doc["checks"]
+    assert (check["status"], check["device"], check["profile"]) == ("pass", "cpu", "generic")
+
+
+def test_auto_without_a_gpu_skips_the_compute_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """The default device on a node without an NVIDIA GPU (a VM's PCI bus): gemm, gpu_memory and
+    allreduce did not test anything, so they are skip with the reason, never pass on the CPU."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    from nodewarden.validator.base import nvml_gpu_count
+    if nvml_gpu_count():
+        pytest.skip("NVML reports GPUs on this machine")
+    ctx = RunContext(profile=profiles.load("generic"), sysfs=FIXTURES / "vm-virtio")
+    results = runner.run_suite(["gpu_memory", "gemm", "allreduce"], ctx)
+    assert [(r.status, r.device, r.profile) for r in results] == [("skip", None, "generic")] * 3
+    assert all(r.reason == "no NVIDIA GPU on this node (none on the PCI bus, none in NVML)" for r in results)
+    assert exit_code(results) == exitcodes.OK
+
+
+def test_device_cuda_without_cuda_is_an_error_not_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--device cuda where PyTorch sees no CUDA device: gemm and gpu_memory used to pass with
+    "0 GiB written"; the device asked for is absent: error, exit 3."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    report = tmp_path / "r.json"
+    assert main(["validate", "--checks", "gpu_memory,gemm", "--device", "cuda", "--profile", "generic",
+                 "--json", str(report), "--no-progress"]) == exitcodes.INCOMPLETE
+    doc = json.loads(report.read_text())
+    assert doc["device"] is None and doc["device_requested"] == "cuda"
+    for check in doc["checks"]:
+        assert check["status"] == "error" and check["measurements"] == [], check
+        assert check["reason"].startswith("--device cuda: PyTorch ")
+    assert "GiB written" not in capsys.readouterr().out
+    # the checks themselves, called without the runner, refuse as well
+    from nodewarden.validator.checks import gemm, gpu_memory
+    ctx = RunContext(profile={}, device="cuda")
+    assert gpu_memory.run(ctx, {}).status == "error" and gemm.run(ctx, {}).status == "error"
+
+
+@pytest.mark.parametrize("pci_class, counted", [("0x030200", True), ("0x030000", True), ("0x038000", True),
+                                                ("0x068000", False), ("0x020000", False)])
+def test_nvidia_gpus_on_the_pci_bus(tmp_path: Path, pci_class: str, counted: bool) -> None:
+    """An NVIDIA function of display class (VGA, 3D controller, other) is a GPU; an NVSwitch
+    (bridge 0x0680) or a NIC is not; another vendor's display is not."""
+    from nodewarden.validator.base import nvidia_gpus_on_pci
+    for bdf, vendor, cls in (("0000:18:00.0", "0x10de", pci_class), ("0000:03:00.0", "0x1a03", "0x030000")):
+        d = tmp_path / "bus" / "pci" / "devices" / bdf
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(cls + "\n")
+    assert nvidia_gpus_on_pci(tmp_path) == (["0000:18:00.0"] if counted else [])
+    assert nvidia_gpus_on_pci(tmp_path / "absent") == []
+    assert len(nvidia_gpus_on_pci(FIXTURES / "h100-hgx-ndr")) == 8
+    assert nvidia_gpus_on_pci(FIXTURES / "vm-virtio") == []
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--checks", ","], "--checks ',' names no check"),
+    (["--checks", ""], "--checks '' names no check"),
+    (["--tolerance", "-5"], "--tolerance"),
+    (["--tolerance", "nan"], "--tolerance"),
+    (["--tolerance", "inf"], "--tolerance"),
+    (["--tolerance", "1"], "--tolerance"),
+    (["--set", "gemm.seconds=nan"], "gemm.seconds: must be a finite number >= 0 (got nan)"),
+    (["--set", "gemm.seconds=inf"], "gemm.seconds: must be a finite number >= 0 (got inf)"),
+    (["--set", "storage.streams=-5"], "storage.streams: must be a finite number >= 0 (got -5)"),
+    (["--set", "gpu_memory.walking_bits=[0, -1]"], "gpu_memory.walking_bits: must be a finite number >= 0"),
+    (["--set", "storage.write_min_bytes_per_second=-inf"], "storage.write_min_bytes_per_second"),
+])
+def test_validate_refuses_bad_selections_and_numbers(argv: list[str], says: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Nothing runs: an empty selection, a tolerance outside [0, 1), a NaN, infinite or negative
+    parameter are usage errors (exit 2) naming the option, not a healthy exit 0."""
+    try:
+        rc = main(["validate", "--no-progress", *argv])
+    except SystemExit as e:  # argparse's own type checks
+        rc = e.code
+    assert rc == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_config_file_numbers_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[checks.gemm]\ntolerance_scale = nan\n")
+    assert main(["validate", "--checks", "gemm", "--config", str(cfg), "--no-progress"]) == exitcodes.USAGE
+    assert "checks.gemm.tolerance_scale: must be a finite number >= 0 (got nan)" in capsys.readouterr().err
+
+
+def test_baseline_tolerance_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "b.json"
+    base.write_text('{"version": 1, "checks": {}, "tolerance": NaN}')
+    assert main(["validate", "--checks", "links", "--baseline", str(base), "--no-progress"]) == exitcodes.USAGE
+    assert "tolerance must be a fraction from 0 to below 1 (got nan)" in capsys.readouterr().err
