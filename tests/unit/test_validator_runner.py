@@ -4,6 +4,7 @@ baseline, configuration errors. Checks here are small real modules registered fo
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -322,3 +323,96 @@ def test_baseline_tolerance_is_checked(tmp_path: Path, capsys: pytest.CaptureFix
     base.write_text('{"version": 1, "checks": {}, "tolerance": NaN}')
     assert main(["validate", "--checks", "links", "--baseline", str(base), "--no-progress"]) == exitcodes.USAGE
     assert "tolerance must be a fraction from 0 to below 1 (got nan)" in capsys.readouterr().err
+
+
+# ---- a core-only install, or a torch that does not import: real child processes --------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN_TORCH = 'raise OSError("libcudart.so.12: cannot open shared object file: No such file or directory")\n'
+
+
+def torch_dir(tmp_path: Path, kind: str) -> Path:
+    """A sys.path entry that hides torch (``hidden``: ``sys.modules['torch'] = None`` at start-up,
+    so that neither find_spec nor import finds it, as on a core-only install) or shadows it with a
+    package that raises on import (``broken``: a CUDA build whose libraries are missing)."""
+    d = tmp_path / f"torch-{kind}"
+    if kind == "hidden":
+        d.mkdir()
+        (d / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    else:
+        (d / "torch").mkdir(parents=True)
+        (d / "torch" / "__init__.py").write_text(BROKEN_TORCH)
+    return d
+
+
+@pytest.fixture(scope="module")
+def nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests import nvmlsim
+    return nvmlsim.build(tmp_path_factory.mktemp("nvml"))
+
+
+def validate_child(tmp_path: Path, nvml_lib: Path, kind: str, sysfs: Path, *args: str,
+                   nvml_gpus: int = 0) -> tuple[int, dict, str]:
+    """``python -m nodewarden validate`` in a child whose torch is ``kind`` and whose NVML is the
+    simulator with ``nvml_gpus`` GPUs (0: no driver). Returns (exit code, JSON report, output)."""
+    from tests import nvmlsim
+    state = tmp_path / "nvml.json"
+    if nvml_gpus:
+        nvmlsim.write_state(state, nvmlsim.default_gpus(nvml_gpus))
+    env = nvmlsim.env(nvml_lib, state)  # no state file: nvmlInit says the driver is not loaded
+    env["PYTHONPATH"] = f"{torch_dir(tmp_path, kind)}{os.pathsep}{ROOT}"
+    report = tmp_path / "report.json"
+    p = subprocess.run([sys.executable, "-m", "nodewarden", "validate", "--no-progress", "--profile", "generic",
+                        "--sysfs", str(sysfs), "--json", str(report), *args],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(report.read_text()), p.stdout + p.stderr
+
+
+COMPUTE = ("--checks", "gpu_memory,gemm,allreduce")
+
+
+def test_core_only_install_on_a_gpu_node_could_not_complete(tmp_path: Path, nvml_lib: Path) -> None:
+    """Without torch on a node with NVIDIA GPUs (PCI bus) the gate is "could not complete", not
+    healthy: the Slurm wrapper's action for exit 3 applies."""
+    rc, doc, out = validate_child(tmp_path, nvml_lib, "hidden", FIXTURES / "h100-hgx-ndr", *COMPUTE)
+    assert rc == exitcodes.INCOMPLETE, out
+    assert [c["status"] for c in doc["checks"]] == ["error"] * 3
+    assert {c["reason"] for c in doc["checks"]} == {
+        "8 NVIDIA GPU(s) on this node but PyTorch is not installed (install nodewarden[validate])"}
+    assert "INCOMPLETE: nodewarden gemm: 8 NVIDIA GPU(s)" in out
+
+
+def test_core_only_install_counts_gpus_from_nvml_too(tmp_path: Path, nvml_lib: Path) -> None:
+    """GPUs the driver reports through NVML count even where the PCI bus shows none (a VM tree)."""
+    rc, doc, out = validate_child(tmp_path, nvml_lib, "hidden", FIXTURES / "vm-virtio", *COMPUTE, nvml_gpus=2)
+    assert rc == exitcodes.INCOMPLETE, out
+    assert doc["checks"][0]["reason"].startswith("2 NVIDIA GPU(s) on this node but PyTorch is not installed")
+
+
+def test_core_only_install_on_a_node_without_gpus_skips(tmp_path: Path, nvml_lib: Path) -> None:
+    rc, doc, out = validate_child(tmp_path, nvml_lib, "hidden", FIXTURES / "vm-virtio", *COMPUTE)
+    assert rc == exitcodes.OK, out
+    assert [(c["status"], c["device"]) for c in doc["checks"]] == [("skip", None)] * 3
+    assert doc["device"] is None
+
+
+@pytest.mark.parametrize("device", ["auto", "cuda", "cpu"])
+def test_torch_that_fails_to_import_is_an_error_with_its_message(tmp_path: Path, nvml_lib: Path, device: str) -> None:
+    """A broken torch used to end the run with a traceback and exit 1 ("drain"): each compute
+    check is now an error carrying the import's message, exit 3, on every device choice."""
+    rc, doc, out = validate_child(tmp_path, nvml_lib, "broken", FIXTURES / "h100-hgx-ndr", *COMPUTE,
+                                  "--device", device)
+    assert rc == exitcodes.INCOMPLETE, out
+    for c in doc["checks"]:
+        assert c["status"] == "error"
+        assert "PyTorch does not import: OSError: libcudart.so.12: cannot open shared object file" in c["reason"]
+    assert doc["device_requested"] == device and doc["device"] is None
+
+
+def test_broken_torch_does_not_break_other_checks(tmp_path: Path, nvml_lib: Path) -> None:
+    """A run without compute checks never imports torch (it used to, for the report's device)."""
+    rc, doc, out = validate_child(tmp_path, nvml_lib, "broken", FIXTURES / "h100-hgx-ndr", "--checks", "links",
+                                  "--set", "links.nvml=false")
+    assert rc in (exitcodes.OK, exitcodes.UNHEALTHY), out
+    assert doc["device"] is None and doc["checks"][0]["check"] == "links"

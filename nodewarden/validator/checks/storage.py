@@ -378,7 +378,9 @@ def _run_phase(streams: list[_Stream], phase: str, stop: threading.Event,
     elapsed = time.perf_counter() - t0
     errors = [s.error for s in streams if s.error is not None]
     if errors:
-        raise next((e for e in errors if isinstance(e, DataMismatch)), errors[0])
+        # the cause, not a stream that only saw the start line broken by the failing one
+        raise next((e for e in errors if isinstance(e, DataMismatch)),
+                   next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0]))
     return elapsed
 
 
