@@ -5,8 +5,11 @@
 #   0  healthy                         -> exit 0
 #   1  a check failed                  -> scontrol update nodename=<node> state=drain reason="<first DRAIN line>"
 #   2  usage or configuration error    -> logged; no drain unless NODEWARDEN_DRAIN_ON_USAGE=1
-#   3  could not complete (or timeout, -> logged; no drain unless NODEWARDEN_DRAIN_ON_INCOMPLETE=1
-#      or nodewarden not installed)
+#   3  could not complete (a check     -> logged with the first INCOMPLETE line; no drain unless
+#      could not run: no PyTorch or       NODEWARDEN_DRAIN_ON_INCOMPLETE=1
+#      GPUs it cannot use on a GPU
+#      node, a disk filled meanwhile;
+#      or timeout, or nodewarden not installed)
 # and exits with that status (NODEWARDEN_SOFT_EXIT=1: exit 0 whenever it did not drain).
 #
 # Settings (environment, or a file sourced first: /etc/default/nodewarden or $NODEWARDEN_DEFAULTS):
@@ -91,8 +94,13 @@ case $rc in
         log "usage or configuration error (exit 2): $(grep -v '^DRAIN: ' "$out" | tail -n 3 | tr '\n' ' ')"
         if [ "$DRAIN_ON_USAGE" = 1 ]; then drain "nodewarden: configuration error (exit 2)"; drained=1; fi ;;
     *)
-        log "could not complete (exit $rc): $(tail -n 3 "$out" | tr '\n' ' ')"
-        if [ "$DRAIN_ON_INCOMPLETE" = 1 ]; then drain "nodewarden: validation could not complete (exit $rc)"; drained=1; fi ;;
+        # nodewarden prints one INCOMPLETE: line per check that could not run (no torch, GPUs that
+        # PyTorch cannot use, a disk filled meanwhile); else the output's last lines
+        why=$(sed -n 's/^INCOMPLETE: //p' "$out" | clean)
+        log "could not complete (exit $rc): ${why:-$(tail -n 3 "$out" | tr '\n' ' ')}"
+        if [ "$DRAIN_ON_INCOMPLETE" = 1 ]; then
+            drain "nodewarden: validation could not complete (exit $rc)${why:+: $why}"; drained=1
+        fi ;;
 esac
 
 if [ "$SOFT_EXIT" = 1 ] && [ "$drained" = 0 ]; then

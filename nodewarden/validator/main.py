@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import socket
 import sys
 import time
@@ -53,10 +54,13 @@ class _Progress:
 
 
 def parse_checks(text: str | None, quick: bool) -> list[str]:
-    """``a,b`` -> names in suite order; raises ValueError naming an unknown check."""
-    if not text:
+    """``a,b`` -> names in suite order (None: the suite, or the quick one); raises ValueError
+    naming an unknown check, or for a selection that names none (``""``, ``,``)."""
+    if text is None:
         return list(checks.QUICK_NAMES if quick else checks.NAMES)
     wanted = [t.strip() for t in text.split(",") if t.strip()]
+    if not wanted:
+        raise ValueError(f"--checks {text!r} names no check; known: {', '.join(checks.NAMES)}")
     unknown = [w for w in wanted if w not in checks.NAMES]
     if unknown:
         raise ValueError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(checks.NAMES)}")
@@ -96,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
     report.print_table(results, sys.stdout)
     for line in report.drain_lines(results, host):
         print(f"DRAIN: {line}")
-    doc = report.build(results, host, profile.get("name", "?"), ctx.torch_device(), args.quick, started, finished, code)
+    for line in report.incomplete_lines(results, host):
+        print(f"INCOMPLETE: {line}")
+    compute = ctx.resolved_compute  # None when no compute check was asked for
+    doc = report.build(results, host, profile.get("name", "?"), compute.device if compute else None, args.quick,
+                       started, finished, code, device_requested=args.device)
     try:
         if args.json:
             report.write_json(doc, args.json)
@@ -111,6 +119,17 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _tolerance_arg(text: str) -> float:
+    """``--tolerance``: a finite fraction in [0, 1) (NaN, infinities and negatives refused)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not 0 <= x < 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"not a fraction from 0 to below 1: {text!r}")
+    return x
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checks", help=f"comma-separated subset of: {', '.join(checks.NAMES)}")
     p.add_argument("--quick", action="store_true", help="the prolog gate: a subset with small sizes (< 45 s)")
@@ -118,13 +137,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="TOML with [checks.NAME] threshold/parameter overrides")
     p.add_argument("--set", action="append", metavar="CHECK.KEY=VALUE", help="override one parameter (repeatable)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
-                   help="where the compute checks run (cpu: the same code on host memory)")
+                   help="where the compute checks run: auto (the node's GPUs; skipped without one), cuda "
+                        "(absent: could not complete), cpu (the same code on host memory, on purpose)")
     p.add_argument("--storage-path", help="directory the storage check writes into (default: a temp dir)")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--textfile", metavar="DIR", help="write nodewarden_validator.prom for node_exporter")
     p.add_argument("--baseline", metavar="FILE",
                    help="hold rates to this node's recorded baseline; records it when FILE does not exist")
-    p.add_argument("--tolerance", type=float, help="allowed drop below the baseline (default 0.10)")
+    p.add_argument("--tolerance", type=_tolerance_arg, metavar="FRACTION",
+                   help="allowed drop below the baseline, 0 to below 1 (default 0.10)")
     p.add_argument("--sysfs", default="/sys", help=argparse.SUPPRESS)
     p.add_argument("--procfs", default="/proc", help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no live progress on stderr")

@@ -6,11 +6,17 @@ JSON report schema (``--json FILE``), version 1::
     {
       "schema": "nodewarden.validate/1",
       "host": str, "started": ISO 8601 UTC, "finished": ISO 8601 UTC,
-      "profile": str, "device": "cuda" | "cpu", "quick": bool,
+      "profile": str, "quick": bool,
+      "device": "cuda" | "cpu" | null,    # where the compute checks ran; null: none ran (none
+                                          # asked for, no GPU, or a device that could not be used)
+      "device_requested": "auto" | "cuda" | "cpu",
       "exit_code": 0 | 1 | 3,
       "checks": [
         {"check": str, "status": "pass|warn|fail|skip|error", "reason": str, "action": str,
          "duration_s": float,
+         "device": "cuda" | "cpu" | null,  # a compute check's device; null: not a compute check,
+                                          # or it did not run
+         "profile": str | null,           # the hardware profile its thresholds came from
          "measurements": [{"name": str, "value": number|str|null, "unit": str,
                            "threshold": number|null, "op": ">=" | "<=", "device": str|null}],
          "details": {...}}
@@ -29,16 +35,17 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 from nodewarden.events import iso_utc
-from nodewarden.validator.result import FAIL, STATUSES, CheckResult
+from nodewarden.validator.result import ERROR, FAIL, STATUSES, CheckResult
 
 SCHEMA = "nodewarden.validate/1"
 
 
-def build(results: list[CheckResult], host: str, profile: str, device: str, quick: bool, started: dt.datetime,
-          finished: dt.datetime, exit_code: int) -> dict[str, Any]:
+def build(results: list[CheckResult], host: str, profile: str, device: str | None, quick: bool,
+          started: dt.datetime, finished: dt.datetime, exit_code: int, device_requested: str = "auto") -> dict[str, Any]:
+    """The JSON report (schema above)."""
     return {"schema": SCHEMA, "host": host, "started": iso_utc(started), "finished": iso_utc(finished),
-            "profile": profile, "device": device, "quick": quick, "exit_code": exit_code,
-            "checks": [r.to_dict() for r in results]}
+            "profile": profile, "device": device, "device_requested": device_requested, "quick": quick,
+            "exit_code": exit_code, "checks": [r.to_dict() for r in results]}
 
 
 def write_json(doc: dict[str, Any], path: str | Path) -> None:
@@ -75,7 +82,9 @@ def summary_line(r: CheckResult) -> str:
 
 
 def print_table(results: Iterable[CheckResult], stream: TextIO) -> None:
-    """The final table (rich when installed and the stream is a terminal, else plain text)."""
+    """The final table (rich when installed, else plain text): per check its status, the device a
+    compute check ran on (``cuda``/``cpu``; ``-`` when not a compute check or not run), the
+    profile its thresholds came from, the most telling measurement, the reason and the time."""
     results = list(results)
     try:
         from rich.console import Console
@@ -85,16 +94,17 @@ def print_table(results: Iterable[CheckResult], stream: TextIO) -> None:
     if Console is not None:
         console = Console(file=stream, highlight=False, width=max(100, Console(file=stream).width))
         table = Table(title="nodewarden validate")
-        for col in ("check", "status", "measured", "reason", "time"):
+        for col in ("check", "status", "device", "profile", "measured", "reason", "time"):
             table.add_column(col)
         colours = {"pass": "green", "warn": "yellow", "fail": "red", "skip": "dim", "error": "magenta"}
         for r in results:
-            table.add_row(r.check, f"[{colours[r.status]}]{r.status}[/]", summary_line(r), r.reason,
-                          f"{r.duration_s:.1f}s")
+            table.add_row(r.check, f"[{colours[r.status]}]{r.status}[/]", r.device or "-", r.profile or "-",
+                          summary_line(r), r.reason, f"{r.duration_s:.1f}s")
         console.print(table)
         return
     for r in results:
-        stream.write(f"{r.check:24} {r.status:6} {summary_line(r):48} {r.reason}\n")
+        stream.write(f"{r.check:22} {r.status:6} {r.device or '-':5} {r.profile or '-':16} {summary_line(r):48} "
+                     f"{r.reason}\n")
 
 
 def drain_lines(results: Iterable[CheckResult], host: str) -> list[str]:
@@ -102,6 +112,17 @@ def drain_lines(results: Iterable[CheckResult], host: str) -> list[str]:
     lines = []
     for r in results:
         if r.status == FAIL:
+            text = f"nodewarden {r.check}: {r.reason}".replace("\n", " ")
+            lines.append(text[:200])
+    return lines
+
+
+def incomplete_lines(results: Iterable[CheckResult], host: str) -> list[str]:
+    """One line per check that could not complete (status ``error``), same form as
+    :func:`drain_lines`: what the Slurm wrapper logs for exit 3."""
+    lines = []
+    for r in results:
+        if r.status == ERROR:
             text = f"nodewarden {r.check}: {r.reason}".replace("\n", " ")
             lines.append(text[:200])
     return lines

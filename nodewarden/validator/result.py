@@ -42,7 +42,9 @@ class CheckResult:
 
     ``reason`` says in one line why the status is what it is (for a Slurm drain reason when it
     fails); ``action`` what an operator should do; ``details`` any structured extra (failing
-    addresses, per-device values).
+    addresses, per-device values). ``device``: where a compute check ran (``cuda`` or ``cpu``;
+    None for a check that does not compute, or did not run); ``profile``: the hardware profile
+    whose thresholds it was held to.
     """
 
     check: str
@@ -52,6 +54,8 @@ class CheckResult:
     measurements: list[Measurement] = dataclasses.field(default_factory=list)
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     duration_s: float = 0.0
+    device: str | None = None
+    profile: str | None = None
 
     def measure(self, name: str, value: float | int | str | None, unit: str = "", threshold: float | int | None = None,
                 op: str = ">=", device: str | None = None) -> Measurement:

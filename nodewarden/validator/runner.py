@@ -27,20 +27,26 @@ def params_for(name: str, ctx: RunContext) -> dict[str, Any]:
 
 
 def run_check(name: str, ctx: RunContext) -> CheckResult:
-    """Run one check; never raises. Absent needs give ``skip``; an exception gives ``error``."""
+    """Run one check; never raises. Absent needs give ``skip``; an exception gives ``error``.
+
+    A compute check (one that needs ``torch``) runs on the run's compute device
+    (:meth:`RunContext.compute`); where there is none it is ``skip`` (no GPU on the node) or
+    ``error`` (the device asked for, or the node's NVIDIA GPUs, could not be used), never run on
+    the CPU unless ``--device cpu`` asked for it. Every result carries the profile it was held
+    to; a compute check's result also the device it ran on (``cuda``/``cpu``, None when it did
+    not run)."""
     t0 = time.monotonic()
+    compute = None
     try:
         mod = checks.get(name)
         needs = tuple(getattr(mod, "NEEDS", ()))
-        reason = ctx.missing(needs)
-        blind = gpus_without_cuda(ctx) if "torch" in needs else None
-        if reason is not None:
+        if "torch" in needs:
+            compute = ctx.compute()
+        reason = ctx.missing(tuple(n for n in needs if n != "torch"))
+        if compute is not None and compute.device is None:
+            result = CheckResult(name, compute.status or ERROR, reason=compute.reason, action=compute.action)
+        elif reason is not None:
             result = CheckResult(name, SKIP, reason=reason)
-        elif blind is not None:
-            # A GPU node whose GPUs PyTorch cannot use must not pass on the CPU fallback.
-            result = CheckResult(name, FAIL, reason=blind,
-                                 action="check the NVIDIA driver (nvidia-smi) and that PyTorch is a CUDA build; "
-                                        "--device cpu runs the checks on host memory on purpose")
         else:
             result = mod.run(ctx, params_for(name, ctx))
     except Exception as e:  # a check's bug or an unexpected environment: reported, not fatal
@@ -48,19 +54,10 @@ def run_check(name: str, ctx: RunContext) -> CheckResult:
                              action="report this as a nodewarden bug with the traceback",
                              details={"traceback": traceback.format_exc(limit=8)})
     result.duration_s = round(time.monotonic() - t0, 3)
+    result.profile = result.profile or ctx.profile.get("name")
+    if compute is not None and result.device is None:
+        result.device = compute.device
     return result
-
-
-def gpus_without_cuda(ctx: RunContext) -> str | None:
-    """With ``--device auto``: a reason to fail when NVIDIA GPUs sit on the PCI bus (sysfs) but
-    PyTorch sees no CUDA device (driver down, GPUs fallen off, a CPU-only torch); else None."""
-    if ctx.device != "auto" or ctx.torch_device() == "cuda":
-        return None
-    from nodewarden.validator.checks.links import read_pci_links
-    gpus = [d for d in read_pci_links(ctx.sysfs) or () if d["kind"] == "gpu"]
-    if not gpus:
-        return None
-    return f"{len(gpus)} NVIDIA GPU(s) on the PCI bus but no CUDA device visible to PyTorch"
 
 
 def run_suite(names: Iterable[str], ctx: RunContext) -> list[CheckResult]:
@@ -118,13 +115,17 @@ def compare_to_baseline(r: CheckResult, baseline: dict[str, Any], tolerance: flo
 def load_baseline(path: str | Path) -> dict[str, Any] | None:
     """The baseline at ``path``, or None when the file does not exist yet.
 
-    Raises ValueError for a file that is not a baseline document."""
+    Raises ValueError for a file that is not a baseline document, or whose ``tolerance`` is not
+    a fraction in [0, 1)."""
     p = Path(path)
     if not p.exists():
         return None
     doc = json.loads(p.read_text())
     if not isinstance(doc, dict) or "checks" not in doc:
         raise ValueError(f"{path}: not a nodewarden baseline (no 'checks' key)")
+    tol = doc.get("tolerance", BASELINE_TOLERANCE)
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 <= tol < 1:
+        raise ValueError(f"{path}: tolerance must be a fraction from 0 to below 1 (got {tol!r})")
     return doc
 
 

@@ -4,8 +4,10 @@ cleanup of its work directory on errors, KeyboardInterrupt and SIGTERM."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -219,3 +221,71 @@ def test_cli_quick_names_the_measurements(tmp_path: Path) -> None:
     names = [m["name"] for m in check["measurements"]]
     assert names[:2] == ["write_bandwidth", "read_bandwidth"]
     assert check["details"]["streams"] == 2 and os.listdir(work) == []
+
+
+# ---- the file system fills up, or a limit stops the writes: could not complete, not a drain ---------
+
+def _validate_storage(path: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "nodewarden", "validate", "--checks", "storage", "--profile", "generic",
+            "--no-progress", "--storage-path", path, "--set", "storage.streams=2",
+            "--set", f"storage.file_bytes={2 * MiB}", "--set", "storage.free_margin_bytes=0", *extra]
+
+
+FILL_INODES = textwrap.dedent("""\
+    set -e
+    mount -t tmpfs -o size=64m,nr_inodes=8,mode=0755 nodewarden-test "$1"
+    i=0; while [ $i -lt 5 ]; do : > "$1/someone-else-$i"; i=$((i + 1)); done  # 2 inodes left
+    shift; rc=0; "$@" --json "$REPORT" || rc=$?
+    """)
+
+
+def test_file_system_filled_by_someone_else_is_an_error_not_a_fault(tmp_path: Path) -> None:
+    """A real ENOSPC: a tmpfs (own mount namespace, gone with the child) whose inodes others' files
+    took, so the second stream file cannot be created although bytes are free. That says nothing
+    about the device: error (exit 3), no DRAIN line; its files are removed."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs")
+    mnt, report = tmp_path / "mnt", tmp_path / "report.json"
+    mnt.mkdir()
+    script = FILL_INODES + 'ls -A "$MNT" > "$LISTING"; exit $rc\n'
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "REPORT": str(report), "MNT": str(mnt),
+           "LISTING": str(tmp_path / "listing")}
+    p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(mnt),
+                        *_validate_storage(str(mnt))], env=env, capture_output=True, text=True, timeout=120)
+    if "mount:" in p.stderr and not report.exists():
+        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+    assert p.returncode == exitcodes.INCOMPLETE, p.stdout + p.stderr
+    (check,) = json.loads(report.read_text())["checks"]
+    assert (check["status"], check["details"]["errno"]) == ("error", "ENOSPC")
+    assert "No space left on device" in check["reason"] and "filled up" in check["action"]
+    assert "DRAIN:" not in p.stdout and "INCOMPLETE: nodewarden storage: could not complete" in p.stdout
+    assert (tmp_path / "listing").read_text().split() == [f"someone-else-{i}" for i in range(5)]
+
+
+def test_file_size_limit_is_an_error_not_a_fault(tmp_path: Path) -> None:
+    """A real EFBIG: RLIMIT_FSIZE below the test files' size (SIGXFSZ ignored, as a shell's
+    ``ulimit -f`` with the signal trapped would leave it): error (exit 3), not a drain."""
+    import resource
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (MiB, MiB))
+
+    report = tmp_path / "report.json"
+    p = subprocess.run(_validate_storage(str(tmp_path), "--json", str(report)), preexec_fn=limit,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    assert p.returncode == exitcodes.INCOMPLETE, p.stdout + p.stderr
+    (check,) = json.loads(report.read_text())["checks"]
+    assert (check["status"], check["details"]["errno"]) == ("error", "EFBIG")
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("code, status", [
+    (errno.EIO, "fail"), (errno.ENXIO, "fail"), (errno.ENODEV, "fail"), (errno.EUCLEAN, "fail"),
+    (errno.EBADMSG, "fail"), (errno.ENOSPC, "error"), (errno.EDQUOT, "error"), (errno.EFBIG, "error"),
+    (errno.EACCES, "error"), (errno.EROFS, "error"), (errno.EMFILE, "error"), (None, "error"),
+])
+def test_which_errors_are_device_faults(code, status) -> None:
+    """Only the errnos by which the kernel reports a failing device or a damaged file system
+    drain the node; a full disk or quota, a limit, permissions are the test not completing."""
+    assert storage.oserror_status(OSError(code, "x") if code else OSError("x")) == status

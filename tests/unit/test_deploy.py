@@ -184,3 +184,28 @@ def test_args_and_defaults_file(slurm, tmp_path: Path) -> None:
     assert p.returncode == 1
     assert lines(log / "nodewarden.args")[:4] == ["validate", "--quick", "--profile", "h100_sxm5_80gb"]
     assert lines(log / "scontrol.args")[1] == "nodename=gpu-a17"
+
+
+@pytest.mark.parametrize("drain_on_incomplete", ["0", "1"])
+def test_core_only_install_on_a_gpu_node_is_incomplete(slurm, tmp_path: Path, drain_on_incomplete: str) -> None:
+    """The real nodewarden, installed without torch (hidden from a child interpreter) on a node
+    with eight NVIDIA GPUs (a captured PCI tree): it used to exit 0 and the wrapper never drained
+    or logged anything. Now exit 3: logged with the reason, drained only when configured."""
+    import sys
+    run, log = slurm
+    hide = tmp_path / "no-torch"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    real = executable(tmp_path / "real-nodewarden",
+                      f'#!/bin/sh\nPYTHONPATH="{hide}:{ROOT}" LD_LIBRARY_PATH= exec "{sys.executable}" -m nodewarden "$@"\n')
+    sysfs = ROOT / "tests" / "fixtures" / "sysfs" / "h100-hgx-ndr"
+    p = run(0, NODEWARDEN=str(real), NODEWARDEN_DRAIN_ON_INCOMPLETE=drain_on_incomplete,
+            NODEWARDEN_ARGS=f"--quick --checks gpu_memory,gemm --profile generic --sysfs {sysfs}")
+    assert p.returncode == 3, p.stderr
+    assert ("could not complete (exit 3): nodewarden gpu_memory: 8 NVIDIA GPU(s) on this node but PyTorch is "
+            "not installed") in p.stderr
+    if drain_on_incomplete == "1":
+        assert lines(log / "scontrol.args")[3].startswith(
+            "reason=nodewarden: validation could not complete (exit 3): nodewarden gpu_memory: 8 NVIDIA GPU(s)")
+    else:
+        assert not (log / "scontrol.args").exists()

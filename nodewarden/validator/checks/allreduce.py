@@ -4,7 +4,8 @@ A GPU with a bad NVLink or PCIe path, a broken NVSwitch or a misconfigured P2P s
 an allreduce that is slow, hangs or — worst — returns wrong sums. One child interpreter per rank
 (started with ``subprocess``: no multiprocessing start method, no main-module guard) joins a
 ``torch.distributed`` group (``nccl`` with one rank per visible GPU; ``gloo`` with ``cpu_ranks``
-processes when the run's device is the CPU), rendezvousing on a TCP store this process serves on
+processes when the run's device is the CPU, asked for with ``--device cpu``; without either the
+check is ``skip`` or ``error``, never a CPU pass), rendezvousing on a TCP store this process serves on
 a free port of 127.0.0.1. Every init and every collective has ``timeout_seconds``; a rank that
 hangs past it or dies fails the check, and every rank process is reaped whatever happens.
 
@@ -315,11 +316,15 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
         p = validate_params(params)
     except ValueError as e:
         return CheckResult(NAME, ERROR, reason=str(e), action="fix the allreduce check's parameters")
-    if ctx.torch_device() == "cuda":
+    compute = ctx.compute()
+    if compute.device is None:  # no device to test: never a pass
+        return CheckResult(NAME, compute.status or ERROR, reason=compute.reason, action=compute.action)
+    if compute.device == "cuda":
         import torch
         backend, world = "nccl", torch.cuda.device_count()
         if world < 2:
-            return CheckResult(NAME, SKIP, reason=f"{world} GPU visible: an allreduce needs at least two")
+            return CheckResult(NAME, SKIP, reason=f"{world} GPU visible: an allreduce needs at least two",
+                               device="cuda")
     else:
         backend, world = "gloo", p["cpu_ranks"]
     for key in ("inject_wrong_rank", "inject_hang_rank"):

@@ -499,18 +499,25 @@ def _consensus_errors(groups: dict[str, list[str]], products: dict[str, dict[str
 
 
 def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None) -> CheckResult:
-    """Products on every visible GPU (or the CPU device). ``corrupt(c, dtype, device)`` is the
-    fault-injection hook, called on each checked product before it is checked."""
+    """Products on every visible GPU, or on the CPU when the run's device is ``cpu`` (asked for
+    with ``--device cpu``); ``skip``/``error`` without a device (:meth:`RunContext.compute`).
+    ``corrupt(c, dtype, device)`` is the fault-injection hook, called on each checked product
+    before it is checked."""
     try:
         p = checked_params(params)
     except ValueError as e:
         return CheckResult(NAME, ERROR, reason=f"invalid parameter: {e}",
                            action="fix [gemm] in the config file or the --set value")
+    compute = ctx.compute()
+    if compute.device is None:  # no device to test: never a pass
+        return CheckResult(NAME, compute.status or ERROR, reason=compute.reason, action=compute.action)
     import torch
-    result = CheckResult(NAME, PASS)
-    if ctx.torch_device() == "cuda":
+    result = CheckResult(NAME, PASS, device=compute.device)
+    if compute.device == "cuda":
         devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
         n = p["n"]
+        if not devices:
+            return CheckResult(NAME, ERROR, reason="no CUDA device visible to PyTorch", device="cuda")
     else:
         devices, n = ["cpu"], p["cpu_n"]
     plan = {d: supported_modes(d, list(p["dtypes"])) for d in devices}

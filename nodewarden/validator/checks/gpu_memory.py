@@ -7,8 +7,10 @@ it, read all of it back and compare *on the device*, one ``slice_bytes`` slice a
 count of mismatching words crosses to the host, and only when that count is not zero are the first
 ``max_errors`` failing words fetched. Memory is released on exit, pass or fail.
 
-On a machine without a GPU (``ctx.torch_device() == "cpu"``) the same code runs on a host buffer of
-``cpu_buffer_bytes``: that is how the tests exercise it.
+With ``--device cpu`` (``ctx.compute().device == "cpu"``) the same code runs on a host buffer of
+``cpu_buffer_bytes``: that is how the tests exercise it. Without a usable GPU and without
+``--device cpu`` the check does not run: ``skip`` on a node without an NVIDIA GPU, ``error`` on
+one whose GPUs PyTorch cannot use (:func:`nodewarden.validator.base.resolve_compute`).
 
 Patterns, over the buffer seen as little-endian 64-bit words (``int64``):
 
@@ -395,17 +397,23 @@ def _verdict(result: CheckResult) -> None:
 
 
 def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None) -> CheckResult:
-    """Test the memory of every visible GPU (or ``cpu_buffer_bytes`` of host memory on the CPU
-    device). ``corrupt`` is the fault-injection hook passed on to :func:`run_patterns`."""
+    """Test the memory of every visible GPU (or ``cpu_buffer_bytes`` of host memory when the run's
+    device is ``cpu``); ``skip``/``error`` without a device (:meth:`RunContext.compute`).
+    ``corrupt`` is the fault-injection hook passed on to :func:`run_patterns`."""
     try:
         p = checked_params(params)
     except ValueError as e:
         return CheckResult(NAME, ERROR, reason=f"invalid parameter: {e}",
                            action="fix [gpu_memory] in the config file or the --set value")
+    compute = ctx.compute()
+    if compute.device is None:  # no device to test: never a pass
+        return CheckResult(NAME, compute.status or ERROR, reason=compute.reason, action=compute.action)
     import torch
-    result = CheckResult(NAME, PASS)
-    if ctx.torch_device() == "cuda":
+    result = CheckResult(NAME, PASS, device=compute.device)
+    if compute.device == "cuda":
         devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        if not devices:  # nothing written: "0 GiB compared" is no pass
+            return CheckResult(NAME, ERROR, reason="no CUDA device visible to PyTorch", device="cuda")
     else:
         devices = ["cpu"]
     for device in devices:

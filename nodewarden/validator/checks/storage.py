@@ -14,6 +14,12 @@ one aligned block), else buffered writes + ``fsync`` and, before the read, ``pos
 reference benchmark (bench/validator_fidelity.py) runs fio with the same sizes, block size,
 ``numjobs`` = ``streams`` and ``direct`` accordingly.
 
+Verdicts: data read back wrong, or an I/O error by which the kernel reports a device or file-system
+fault (EIO, ENXIO, ENODEV, EUCLEAN, EBADMSG), is ``fail``; bandwidth below its threshold is ``fail``;
+any other error (ENOSPC/EDQUOT when the disk or quota fills meanwhile, EFBIG, EACCES, EROFS, a path
+that cannot be tested, too little free space to start) is ``error``: the test could not complete,
+which says nothing about the device.
+
 Safety: everything happens in a new sub-directory ``nodewarden-storage-<random>`` of ``path``.
 ``path`` is resolved once, must be a directory, and is opened ``O_DIRECTORY|O_NOFOLLOW`` (and
 checked to be the same inode it resolved to); the sub-directory is created with ``mkdir`` (which
@@ -27,6 +33,7 @@ the previous one restored; a SIGTERM is then re-delivered to it).
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import mmap
 import os
@@ -371,7 +378,9 @@ def _run_phase(streams: list[_Stream], phase: str, stop: threading.Event,
     elapsed = time.perf_counter() - t0
     errors = [s.error for s in streams if s.error is not None]
     if errors:
-        raise next((e for e in errors if isinstance(e, DataMismatch)), errors[0])
+        # the cause, not a stream that only saw the start line broken by the failing one
+        raise next((e for e in errors if isinstance(e, DataMismatch)),
+                   next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0]))
     return elapsed
 
 
@@ -464,6 +473,25 @@ def measure(path: str | os.PathLike[str], streams: int = 4, file_bytes: int = Gi
                 guard.restore()
 
 
+# errno values by which the kernel reports a failing device or a damaged file system: the node
+# is unhealthy. Any other OSError (ENOSPC or EDQUOT because someone else filled the disk or the
+# quota meanwhile, EFBIG from a file-size limit, EACCES, EROFS of a read-only mount, EMFILE...)
+# says nothing about the hardware: the check could not complete.
+DEVICE_ERRNOS = frozenset({errno.EIO, errno.ENXIO, errno.ENODEV, errno.EUCLEAN, errno.EBADMSG})
+_ERRNO_ACTIONS = {
+    errno.ENOSPC: "the file system filled up during the test (someone else's files, or inodes): free space "
+                  "or point storage.path (--storage-path) elsewhere, and rerun",
+    errno.EDQUOT: "a disk quota ran out during the test: raise it or point storage.path elsewhere, and rerun",
+    errno.EFBIG: "a file-size limit (ulimit -f) stopped the test: lift it or lower storage.file_bytes",
+}
+
+
+def oserror_status(e: OSError) -> str:
+    """``fail`` when ``e``'s errno is one by which the kernel reports a device or file-system fault
+    (:data:`DEVICE_ERRNOS`: EIO, ENXIO, ENODEV, EUCLEAN, EBADMSG), else ``error``."""
+    return FAIL if e.errno in DEVICE_ERRNOS else ERROR
+
+
 def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     res = CheckResult(NAME, PASS)
     path = params.get("path") or default_path()
@@ -487,8 +515,14 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
                            action="the device returned other data than was written: check SMART/NVMe "
                                   "error logs and the kernel log; replace the device")
     except OSError as e:
-        return CheckResult(NAME, FAIL, reason=f"I/O error: {e.strerror or e}", details={"path": str(path)},
-                           action="check the kernel log and the device's error counters (smartctl, nvme smart-log)")
+        if oserror_status(e) == FAIL:
+            return CheckResult(NAME, FAIL, reason=f"I/O error: {e.strerror or e}",
+                               details={"path": str(path), "errno": errno.errorcode.get(e.errno or 0)},
+                               action="check the kernel log and the device's error counters (smartctl, nvme smart-log)")
+        return CheckResult(NAME, ERROR, reason=f"could not complete: {e.strerror or e}",
+                           details={"path": str(path), "errno": errno.errorcode.get(e.errno or 0)},
+                           action=_ERRNO_ACTIONS.get(e.errno or 0, "not a device fault by itself: fix the cause "
+                                                     "(permissions, limits) and rerun; check the kernel log"))
     except Terminated:
         return CheckResult(NAME, ERROR, reason="interrupted by SIGTERM (work directory removed)")
     wmin = float(params.get("write_min_bytes_per_second") or 0)

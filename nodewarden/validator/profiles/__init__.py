@@ -64,7 +64,9 @@ def resolve(name: str, product: str | None = None) -> dict[str, Any]:
 
 def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[str] | None = None) -> dict[str, Any]:
     """The profile with a config file's ``[checks.NAME]`` tables and ``NAME.key=value`` overrides
-    merged in. Raises ProfileError naming the file and key for unknown checks or bad values."""
+    merged in. Raises ProfileError naming the file and key for unknown checks or bad values: an
+    unknown parameter, or a number (alone or in a list) that is NaN, infinite or negative (no
+    parameter of a check takes one: sizes, counts, seconds, thresholds and ratios are >= 0)."""
     from nodewarden.validator.checks import NAMES
 
     merged = copy.deepcopy(profile)
@@ -84,8 +86,9 @@ def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[st
                 raise ProfileError(f"{path}: checks.{check}: unknown check; known: {', '.join(NAMES)}")
             if not isinstance(table, dict):
                 raise ProfileError(f"{path}: checks.{check}: expected a table")
-            for key in table:
+            for key, value in table.items():
                 _known_key(check, key, f"{path}: checks.{check}.{key}")
+                _checked_number(value, f"{path}: checks.{check}.{key}")
             merged.setdefault(check, {}).update(table)
     for item in sets or []:
         key, sep, raw = item.partition("=")
@@ -99,6 +102,7 @@ def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[st
         except tomllib.TOMLDecodeError:
             value = raw  # a bare string such as a path
         _known_key(check, param, f"--set {item!r}")
+        _checked_number(value, f"--set {item!r}: {check}.{param}")
         merged.setdefault(check, {})[param] = value
     return merged
 
@@ -120,3 +124,13 @@ def _known_key(check: str, key: str, where: str) -> None:
     keys = known_keys(check)
     if key not in keys:
         raise ProfileError(f"{where}: unknown parameter {key!r} of check {check}; known: {', '.join(sorted(keys))}")
+
+
+def _checked_number(value: Any, where: str) -> None:
+    """Refuse NaN, +-inf and negative numbers (also inside a list), naming ``where``."""
+    import math
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not math.isfinite(v) or v < 0:
+            raise ProfileError(f"{where}: must be a finite number >= 0 (got {v!r})")
