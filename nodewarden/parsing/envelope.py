@@ -251,12 +251,19 @@ def parse_line(line: str, ctx: TimeContext | None = None) -> Record | None:
     """
     ctx = ctx or _DEFAULT_CTX
     raw = line.rstrip("\r\n")
+    if raw[:1] == "\ufeff":  # a byte-order mark (a file's first line): not text of the line
+        raw = raw[1:]
     if not raw.strip():
         return None
     if raw[0] in " \t":
         # A continuation line (dmesg indents the 2nd.. lines of a multi-line record). Readers glue
-        # it to the record before; alone, it is a bare message.
-        return Record(message=raw.strip(), raw=raw, fmt="continuation")
+        # it to the record before; alone (an indented paste), it is read as the line unindented.
+        rec = parse_line(raw.lstrip(" \t"), ctx)
+        if rec is not None:
+            rec.raw = raw
+            if rec.fmt == "bare":
+                rec.fmt = "continuation"
+        return rec
     if raw[0] == "{":
         rec = _parse_json(raw, ctx)
         if rec is not None:

@@ -444,24 +444,31 @@ def _close(e: FaultEvent, rec: Record, window: float) -> bool:
     return True
 
 
-def records_from_lines(lines: Iterable[str], ctx: TimeContext | None = None) -> Iterator[Record]:
-    """Records from physical lines: an indented line continues the record before it (dmesg prints
-    the 2nd.. lines of one printk indented, without a timestamp); blank lines are skipped."""
+def group_records(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Physical lines grouped into records: an indented line continues the record before it
+    (dmesg prints the 2nd.. lines of one printk indented, without a timestamp); blank lines are
+    skipped. Each input line is first cut at every line end (:func:`lines.split_lines`: CR, NEL,
+    U+2028 and U+2029 end a line as LF does). An indented line that starts the input, and those
+    that follow it, continue nothing: each is a record of its own (an indented paste of log lines)."""
     pending: list[str] = []
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        if line[0] in " \t" and pending:
-            pending.append(line)
-            continue
-        if pending:
-            rec = join_record(pending, ctx)
-            if rec is not None:
-                yield rec
-        pending = [line]
+    for chunk in lines:
+        for line in split_lines(chunk):
+            if not line.strip():
+                continue
+            if line[0] in " \t" and pending and pending[0][0] not in " \t":
+                pending.append(line)
+                continue
+            if pending:
+                yield pending
+            pending = [line]
     if pending:
-        rec = join_record(pending, ctx)
+        yield pending
+
+
+def records_from_lines(lines: Iterable[str], ctx: TimeContext | None = None) -> Iterator[Record]:
+    """Records from physical lines, grouped by :func:`group_records`, envelopes parsed."""
+    for group in group_records(lines):
+        rec = join_record(group, ctx)
         if rec is not None:
             yield rec
 
