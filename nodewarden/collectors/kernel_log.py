@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator
 
 from nodewarden.events import FaultEvent
-from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
+from nodewarden.parsing.envelope import TimeContext, ascii_uint, parse_kmsg_record
 from nodewarden.parsing.scan import candidate_records, split_carry
 from nodewarden.parsing.stream import KernelLogParser, group_records, join_record
 
@@ -852,10 +852,7 @@ def _kmsg_seq(text: str) -> int | None:
     b = text.find(",", a + 1)
     if a == -1 or b == -1:
         return None
-    try:
-        return int(text[a + 1:b])
-    except ValueError:
-        return None
+    return ascii_uint(text[a + 1:b])  # ASCII digits, at most a u64: else no seq
 
 
 def kmsg_events(records: Iterable[str], parser: KernelLogParser, ctx: TimeContext,
