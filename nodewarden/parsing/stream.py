@@ -446,14 +446,18 @@ def _close(e: FaultEvent, rec: Record, window: float) -> bool:
 
 def group_records(lines: Iterable[str]) -> Iterator[list[str]]:
     """Physical lines grouped into records: an indented line continues the record before it
-    (dmesg prints the 2nd.. lines of one printk indented, without a timestamp); blank lines are
-    skipped. Each input line is first cut at every line end (:func:`lines.split_lines`: CR, NEL,
-    U+2028 and U+2029 end a line as LF does). An indented line that starts the input, and those
+    (dmesg prints the 2nd.. lines of one printk indented, without a timestamp); blank lines end
+    a record and are skipped (as the byte scanner, scan.candidate_records, reads them). Each
+    input line is first cut at every line end (:func:`lines.split_lines`: CR, NEL, U+2028 and
+    U+2029 end a line as LF does). An indented line that starts the input, and those
     that follow it, continue nothing: each is a record of its own (an indented paste of log lines)."""
     pending: list[str] = []
     for chunk in lines:
-        for line in split_lines(chunk):
-            if not line.strip():
+        for line in split_lines(chunk) or [""]:
+            if not line.strip():  # a blank line ends a record: an indented line after it continues nothing
+                if pending:
+                    yield pending
+                    pending = []
                 continue
             if line[0] in " \t" and pending and pending[0][0] not in " \t":
                 pending.append(line)
