@@ -320,8 +320,10 @@ def parse_line(line: str, ctx: TimeContext | None = None) -> Record | None:
     """
     ctx = ctx or _DEFAULT_CTX
     raw = line.rstrip("\r\n")
-    if raw[:1] == "\ufeff":  # a byte-order mark (a file's first line): not text of the line
-        raw = raw[1:]
+    if raw[:1] in ("\ufeff", "\x00"):
+        # A byte-order mark (a file's first line), or the NUL blocks a crash leaves before the
+        # first line written after the reboot: no text of the line.
+        raw = raw.lstrip("\ufeff\x00")
     if not raw.strip():
         return None
     if raw[0] in " \t":
