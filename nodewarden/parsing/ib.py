@@ -15,7 +15,7 @@ from nodewarden.parsing.pci import normalize_pci
 
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 IB_PORT_RE = re.compile(
-    r"(?:(?P<drv>mlx[0-9]_core|[a-z_]+) (?P<bdf>" + _BDF + r") )?(?P<dev>[\w.-]+): Port: (?P<port>[0-9]{1,9}) "
+    r"(?:(?P<drv>mlx[0-9]_core|[a-z_]+) (?P<bdf>" + _BDF + r"):? )?(?P<dev>[\w.-]+): Port: (?P<port>[0-9]{1,9}) "
     r"Link (?P<state>DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
 NET_LINK_RE = re.compile(
     r"(?P<drv>mlx[0-9]_core) (?P<bdf>" + _BDF + r") (?P<netdev>[\w.-]+): Link (?P<state>up|down)\b")
