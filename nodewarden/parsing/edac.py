@@ -3,6 +3,11 @@
 ``EDAC MC0: 1 CE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 page:0x849923
 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 ha:0 channel_mask:4 rank:0)``
 and the legacy ``EDAC MC0: 4 CE error on CPU#0Channel#2_DIMM#0 (...)`` grammar.
+
+Every pattern is matched at the start of the driver's message (``re.match`` on the text that
+:func:`nodewarden.parsing.lines.driver_message` gives), never searched for inside other text:
+a message quoting a driver line (``segfault ... in NVRM: Xid ...``) is no fault. Numbers are
+ASCII digits, bounded (at most 9 decimal digits): a longer run does not match.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@
   ``mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link ACTIVE`` / ``Link DOWN`` / ``Link INIT``
 * mlx5 netdev carrier: ``mlx5_core 0000:53:00.0 enp83s0f0np0: Link down`` / ``Link up``
 * mlx5 port module events: ``mlx5_core 0000:01:00.0: Port module event: module 0, Cable plugged``
+
+Every pattern is matched at the start of the driver's message (``re.match`` on the text that
+:func:`nodewarden.parsing.lines.driver_message` gives), never searched for inside other text:
+a message quoting a driver line (``segfault ... in NVRM: Xid ...``) is no fault. Numbers are
+ASCII digits, bounded (at most 9 decimal digits): a longer run does not match.
 """
 
 from __future__ import annotations

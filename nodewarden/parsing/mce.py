@@ -3,6 +3,11 @@
 One record is ``mce: [Hardware Error]: CPU N: Machine Check[ Exception]: MCGSTATUS Bank B: STATUS``
 followed by ``TSC ... [ADDR ...] [MISC ...]``, ``PROCESSOR v:cpuid TIME t SOCKET s APIC a microcode m``
 lines; the ``Machine check events logged`` notice before it carries no data.
+
+Every pattern is matched at the start of the driver's message (``re.match`` on the text that
+:func:`nodewarden.parsing.lines.driver_message` gives), never searched for inside other text:
+a message quoting a driver line (``segfault ... in NVRM: Xid ...``) is no fault. Numbers are
+ASCII digits, bounded (at most 9 decimal digits): a longer run does not match.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ need across lines of one stream (one file, one /dev/kmsg, one host):
   be printed together with an ``Xid ...: 79`` line for the same GPU: counted once;
 * ``NVRM: GPU at PCI:... GPU-<uuid>`` lines map PCI bus ids to GPU UUIDs.
 
+Only the kernel makes a fault: each record is read from where its driver message starts
+(:func:`nodewarden.parsing.lines.driver_message`); fault text anywhere else (quoted by another
+message, a second record glued on the line, a later line of the same record) is counted as
+``unparsed``. Records whose syslog ident is not ``kernel`` are skipped (``skipped_non_kernel``).
+
 No I/O: records in (:meth:`KernelLogParser.feed`), events out. Call :meth:`flush` at the end.
 """
 

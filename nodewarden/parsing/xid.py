@@ -5,6 +5,11 @@ Pure functions over the message text (the envelope already removed). Shapes foll
 driver's format strings (NVIDIA/open-gpu-kernel-modules) and the real lines in the reference
 corpus: no ``PCI:`` prefix (r304), no pid (<= r418), ``pid=`` without ``name=`` (r440-r470),
 ``pid='<unknown>'``, MIG ``GPU-I:NN``, any PCI domain, multi-space payloads.
+
+Every pattern is matched at the start of the driver's message (``re.match`` on the text that
+:func:`nodewarden.parsing.lines.driver_message` gives), never searched for inside other text:
+a message quoting a driver line (``segfault ... in NVRM: Xid ...``) is no fault. Numbers are
+ASCII digits, bounded (at most 9 decimal digits): a longer run does not match.
 """
 
 from __future__ import annotations
@@ -102,7 +107,8 @@ DEVICE_PLUGIN_RE = re.compile(r"XidCriticalError: Xid=(?P<xid>[0-9]{1,9}) on Dev
 
 
 def parse_xid(message: str) -> dict[str, Any] | None:
-    """Fields of an Xid line, or None when the message holds no ``NVRM: Xid (...)`` header.
+    """Fields of an Xid line, or None when the message does not start with an ``NVRM: Xid (...)``
+    header (or its code is past MAX_XID).
 
     Returns a dict with at least ``xid`` (int) and ``pci_bus_id`` (``DDDD:BB:DD.F`` or None when
     redacted/absent), ``pid`` (int or None for ``'<unknown>'``/absent), ``process`` (str or None),
