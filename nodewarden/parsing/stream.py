@@ -28,7 +28,7 @@ from nodewarden import events as ev
 from nodewarden.events import FaultEvent
 from nodewarden.parsing import edac, ib, mce, xid
 from nodewarden.parsing.envelope import Record, TimeContext, parse_line
-from nodewarden.parsing.lines import driver_message, split_lines
+from nodewarden.parsing.lines import LINE_END_RE, driver_message, split_lines
 
 # Cheap substring tests before any regex: a record that has none of these is not a fault line.
 TRIGGERS = ("NVRM", "Xid", "EDAC", "mce: ", "Port: ", "mlx", "fallen off the bus")
@@ -458,7 +458,11 @@ def group_records(lines: Iterable[str]) -> Iterator[list[str]]:
     that follow it, continue nothing: each is a record of its own (an indented paste of log lines)."""
     pending: list[str] = []
     for chunk in lines:
-        for line in split_lines(chunk) or [""]:
+        # The line end that file iteration leaves on a line is its own; any other end inside it
+        # (a CR, NEL, U+2028 ...) ends a line too, and an empty line after it is a blank line.
+        if chunk.endswith("\n"):
+            chunk = chunk[:-2] if chunk.endswith("\r\n") else chunk[:-1]
+        for line in LINE_END_RE.split(chunk) if any(c in chunk for c in "\n\r\x85\u2028\u2029") else (chunk,):
             if not line.strip():  # a blank line ends a record: an indented line after it continues nothing
                 if pending:
                     yield pending

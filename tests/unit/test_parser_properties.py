@@ -10,8 +10,10 @@ and the record path; an encoding detector never raises and finds UTF-16/32 text 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +36,9 @@ XID = "NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception"
 PARSERS = (xid.parse_xid, xid.parse_fallen_off_bus, xid.parse_rate_limit, xid.parse_gpu_at, xid.parse_device_plugin,
            edac.parse_edac, edac.parse_edac_mce, edac.parse_label, ib.parse_ib_port, ib.parse_net_link,
            ib.parse_module_event, mce.parse_mce_head, mce.parse_mce_detail)
-FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# NODEWARDEN_HYPOTHESIS_EXAMPLES: more examples for a longer local run (CI keeps the suite fast).
+FAST = settings(max_examples=int(os.environ.get("NODEWARDEN_HYPOTHESIS_EXAMPLES", "300")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 # Text built from the pieces log lines are made of, so that the generator reaches the parsers'
 # deeper branches and not only "no envelope matched".
@@ -141,10 +145,11 @@ ENDS = st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\u2029", "\x85"])
 def test_line_ends_are_one_rule_for_file_reads_and_line_iteration(lines: list[str], ends: list[str]) -> None:
     text = "".join(line + end for line, end in zip(lines, ends))
     a = [e.code for e in events_from_bytes(text.encode(), KernelLogParser(), CTX)]
-    b = [e.code for e in KernelLogParser().feed_lines(text.split("\n"), CTX)]  # as file iteration cuts
+    b = [e.code for e in KernelLogParser().feed_lines(io.StringIO(text, newline="\n"), CTX)]  # as file iteration cuts
     c = [e.code for e in KernelLogParser().feed_lines(split_lines(text), CTX)]
     assert a == b == c
-    assert len([x for x in a if x == 13]) == sum(1 for line in lines if XID in line) - _continued(lines)
+    physical = split_lines(text)  # "\r" then "\n" is one CRLF end, not two
+    assert len([x for x in a if x == 13]) == sum(1 for line in physical if XID in line) - _continued(physical)
 
 
 def _continued(lines: list[str]) -> int:
