@@ -486,10 +486,13 @@ def _parse_into_inner(rec: Record, ctx: TimeContext) -> None:
     """Re-read a message that carries its own envelope (a kernel line inside a container log)."""
     inner = Record(message=rec.message, raw=rec.raw, fmt="bare")
     _parse_into(rec.message, inner, ctx)
-    if inner.fmt != "bare":
+    if inner.fmt != "bare" or inner.ident is not None:
         rec.message = inner.message
         rec.monotonic = inner.monotonic if inner.monotonic is not None else rec.monotonic
         rec.host = inner.host or rec.host
+        if inner.ident is not None:  # a syslog line inside: its ident says who wrote it
+            rec.ident = inner.ident
+        rec.kernel = rec.kernel and inner.kernel
 
 
 def _finish_message(msg: str, rec: Record, ctx: TimeContext) -> None:
@@ -582,8 +585,19 @@ def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
             break
     host = obj.get("host") or obj.get("hostname") or obj.get("node")
     rec.host = host if isinstance(host, str) else None
+    # Who wrote the line, as log shippers name it (fluent-bit's syslog parser, vector, rsyslog's
+    # JSON templates): a program other than the kernel makes no fault.
+    for key in _IDENT_KEYS:
+        ident = obj.get(key)
+        if isinstance(ident, str) and ident:
+            rec.ident = ident
+            rec.kernel = ident == "kernel"
+            break
     _parse_into_inner(rec, ctx)
     return rec
+
+
+_IDENT_KEYS = ("SYSLOG_IDENTIFIER", "syslog_identifier", "ident", "programname", "program", "appname", "app_name")
 
 
 def _text(value: Any) -> str | None:

@@ -459,5 +459,6 @@ def test_one_bad_line_never_ends_the_run_nor_drops_the_file(tmp_path: Path, caps
 def test_json_exports_with_epoch_stamps_in_ms_us_ns_are_read_right(tmp_path: Path, capsys, unit: str, value: int) -> None:
     line = json.dumps({"timestamp": value, "log": "kernel: " + X13.format(pid=1)})
     rc, events, _ = run(capsys, write(tmp_path / "export.jsonl", line + "\n"))
+    assert [(e["kind"], e["pid"]) for e in events] == [("xid", 1)]
     assert (rc, [e["time"] for e in events]) == (exitcodes.OK, ["2024-12-01T09:25:25.123000Z" if unit == "ms" else
                                                                  "2024-12-01T09:25:25.123456Z"])

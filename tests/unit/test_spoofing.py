@@ -136,3 +136,15 @@ def test_a_field_glued_to_a_pasted_line_still_parses_but_a_message_does_not() ->
     quoted = "evil[4711]: segfault at 0 error 6 in x;NVRM: Xid (PCI:0000:37:00): 95, pid=5171, Uncontained: FBHUB.so[7f+1]"
     got = [(e.kind, e.code) for line in (ticket, quoted) for e in KernelLogParser().feed_lines([line], TimeContext())]
     assert got == [("xid", 95), ("unparsed", None)]
+
+
+@pytest.mark.parametrize("kind", list(FAULTS))
+def test_a_json_export_of_a_users_line_is_no_fault(tmp_path: Path, capsys, kind: str) -> None:
+    """A log shipper's JSON (fluent-bit, vector) of a syslog line from a user's program: the
+    program is named in a field, or by the syslog line inside; the kernel's own line counts."""
+    lines = [json.dumps({"ident": "alice", "message": FAULTS[kind], "timestamp": 1733045125123}),
+             json.dumps({"log": f"Dec  1 10:00:00 node01 alice: {FAULTS[kind]}"}),
+             json.dumps({"log": f"Dec  1 10:00:00 node01 kernel: {FAULTS[kind]}", "timestamp": 1733045125123456})]
+    rc, events = run_events(capsys, tmp_path, "\n".join(lines) + "\n")
+    assert rc == exitcodes.OK
+    assert len(events) == 1 and events[0]["kind"] != "unparsed"
