@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import IO, Generator, Iterable, Iterator
 
 from nodewarden.events import FaultEvent
-from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
+from nodewarden.parsing.envelope import TimeContext, ascii_uint, parse_kmsg_record
 from nodewarden.parsing.scan import candidate_records, split_carry
-from nodewarden.parsing.stream import KernelLogParser, join_record
+from nodewarden.parsing.stream import KernelLogParser, group_records, join_record
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,119 @@ def compression(magic: bytes) -> str | None:
     return None
 
 
+# Text encodings other than UTF-8 that a log file is found in: Windows tools and PowerShell
+# redirection write UTF-16 (LE, with a byte-order mark); UTF-32 is rare. Read right, never as 0 events.
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+DETECT_BYTES = 4096  # bytes of a text's start looked at to tell its encoding
+
+
+def text_encoding(head: bytes) -> tuple[str, int] | None:
+    """(codec, bytes of byte-order mark) when the text starting with ``head`` is UTF-16 or UTF-32;
+    None for UTF-8 (or any ASCII-compatible text, or binary). A BOM decides; without one, NUL
+    bytes at every other (UTF-16) or three of every four (UTF-32) positions, and not elsewhere,
+    do: at least 90% of those positions NUL and at most 10% of the others, over 16 bytes or more
+    (a log padded with NUL blocks after a crash has NULs everywhere: it stays UTF-8)."""
+    for bom, codec in _BOMS:
+        if head.startswith(bom):
+            return codec, len(bom)
+    sample = head[:DETECT_BYTES]
+    n = len(sample) - len(sample) % 4
+    if n < 16 or sample.count(0) * 3 < n:
+        return None
+    sample = sample[:n]
+    zero = [sample[i::4].count(0) / (n // 4) for i in range(4)]
+    hi, lo = 0.9, 0.1
+    if zero[0] <= lo and min(zero[1:]) >= hi:
+        return "utf-32-le", 0
+    if zero[3] <= lo and max(zero[:3]) >= hi and min(zero[:3]) >= hi:
+        return "utf-32-be", 0
+    if max(zero[0], zero[2]) <= lo and min(zero[1], zero[3]) >= hi:
+        return "utf-16-le", 0
+    if max(zero[1], zero[3]) <= lo and min(zero[0], zero[2]) >= hi:
+        return "utf-16-be", 0
+    return None
+
+
+def to_utf8(data: bytes) -> bytes:
+    """``data`` as UTF-8: UTF-16/UTF-32 text (:func:`text_encoding`) decoded (bad units become
+    U+FFFD) and re-encoded, a UTF-8 byte-order mark dropped; other data as it is."""
+    enc = text_encoding(data[:DETECT_BYTES])
+    if enc is not None:
+        codec, bom = enc
+        return data[bom:].decode(codec, "replace").encode("utf-8", "replace")
+    if data[:3] == b"\xef\xbb\xbf":
+        return data[3:]
+    return data
+
+
+class Utf8Text(io.RawIOBase):
+    """UTF-8 text of a binary stream whose encoding is told by its first bytes (see
+    :func:`text_encoding`): UTF-16/UTF-32 is decoded as it is read, anything else passed on as
+    read (one call more per read). ``encoding`` is the codec found (None: passed on)."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__()
+        self._raw = raw
+        self._started = False
+        self._dec = None
+        self._out = b""
+        self._eof = False
+        self._error: BaseException | None = None  # raised once the text before it is handed over
+        self.encoding: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def _start(self) -> None:
+        self._started = True
+        head = b""
+        while len(head) < DETECT_BYTES:
+            try:
+                part = self._raw.read(DETECT_BYTES - len(head))
+            except (OSError, EOFError, lzma.LZMAError) as e:  # truncated/corrupt: keep what came
+                self._error = e
+                break
+            if not part:
+                break
+            head += part
+        enc = text_encoding(head)
+        if enc is None:
+            self._out = head
+            return
+        codec, bom = enc
+        self.encoding = codec
+        import codecs
+        self._dec = codecs.getincrementaldecoder(codec)("replace")
+        self._out = self._dec.decode(head[bom:]).encode("utf-8", "replace")
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if not self._started:
+            self._start()
+        if not self._out and self._error is not None:
+            e, self._error = self._error, None
+            raise e
+        if not self._out and self._dec is None:
+            return self._raw.readinto(b)  # type: ignore[attr-defined]
+        while not self._out and not self._eof:
+            data = self._raw.read(max(len(b), 4))
+            if not data:
+                self._eof = True
+                self._out = self._dec.decode(b"", final=True).encode("utf-8", "replace")
+            else:
+                self._out = self._dec.decode(data).encode("utf-8", "replace")
+        k = min(len(b), len(self._out))
+        b[:k] = self._out[:k]
+        self._out = self._out[k:]
+        return k
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
 def open_log(path: Path) -> IO[bytes]:
     """Open a log for binary reading, decompressing gzip/bzip2/xz by their magic bytes (gzip as
     an unbuffered GzipText: wrap it in io.BufferedReader to read lines).
@@ -373,24 +486,30 @@ def _buffer_records(buf: bytes | bytearray, hi: int, ctx: TimeContext, base_offs
     """The parsed envelopes of the candidate records in ``buf[:hi]`` (whole records), one at a
     time (a whole file's text holds millions in a storm): consume them before ``buf`` changes."""
     for start, end in candidate_records(buf, hi=hi):
-        lines = buf[start:end].decode("utf-8", "replace").split("\n")
-        rec = join_record(lines, ctx)
-        if rec is not None:
-            rec.offset = base_offset + start
-            yield rec
+        # One rule for the ends of lines and records (stream.group_records): a CR, NEL or U+2028
+        # inside the scanned range ends a line too.
+        for group in group_records([buf[start:end].decode("utf-8", "replace")]):
+            rec = join_record(group, ctx)
+            if rec is not None:
+                rec.offset = base_offset + start
+                yield rec
 
 
 def events_from_stream(stream: IO[bytes], parser: KernelLogParser, ctx: TimeContext,
                        base_offset: int = 0, flush: bool = True, max_read: int | None = None,
-                       offsets: list[int] | None = None) -> Iterator[FaultEvent]:
+                       offsets: list[int] | None = None, detect: bool = True) -> Iterator[FaultEvent]:
     """Events from a binary stream of log text, scanning for candidate records first.
 
     Invalid UTF-8 is replaced (never fatal); the parser's stats count records and unparsed lines.
     ``base_offset`` is the stream's position in its file (records carry absolute offsets);
     ``offsets``, when given, receives the offset of every candidate record fed to the parser.
     Raises OSError/EOFError from the stream (truncated gzip, I/O error) to the caller.
+    ``detect``: the stream is the start of a text, whose first bytes tell its encoding (UTF-16 and
+    UTF-32 are decoded, see :class:`Utf8Text`); False for a range from the middle of a file.
     """
     pos = base_offset
+    if detect:
+        stream = Utf8Text(stream)  # type: ignore[assignment]
     for buf, hi in iter_regions(stream, max_read=max_read):
         # Every record of a region is parsed before the next read reuses the buffer.
         base, pos = pos, pos + hi
@@ -491,7 +610,8 @@ def _parse_range(path: str, host: str | None, source: str, tz: str | dt.tzinfo |
     with open(path, "rb") as f:
         f.seek(warm)
         reader = _RangeReader(f, stop - warm)
-        for e in events_from_stream(reader, parser, ctx, base_offset=warm, offsets=offsets):  # type: ignore[arg-type]
+        for e in events_from_stream(reader, parser, ctx, base_offset=warm, offsets=offsets,  # type: ignore[arg-type]
+                                    detect=False):
             if e.origin is not None and start <= e.origin < end:
                 kept.append(e)
             elif e.origin is None and last:
@@ -563,8 +683,9 @@ def _read_small(path: Path) -> tuple[bytes, str | None] | None:
         raise InputError(f"{path}: {e.strerror or e}") from e
     kind = compression(data[:6])
     if kind == "gzip":
-        return gunzip(data, SMALL_TEXT)
-    return (data, None) if kind is None else None
+        whole = gunzip(data, SMALL_TEXT)
+        return None if whole is None else (to_utf8(whole[0]), whole[1])
+    return (to_utf8(data), None) if kind is None else None
 
 
 def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,
@@ -622,6 +743,8 @@ def iter_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
     workers = min(_CPUS, 8)
     gz = stream if isinstance(stream, GzipText) else None
     plain = isinstance(stream, io.BufferedReader)
+    if plain and text_encoding(stream.peek(DETECT_BYTES)[:DETECT_BYTES]) is not None:  # type: ignore[attr-defined]
+        plain = False  # UTF-16/32: decoded as read (events_from_stream), by this process
     if split and plain and workers > 1:
         size = os.fstat(stream.fileno()).st_size
         if size >= PARALLEL_MIN_BYTES:
@@ -797,10 +920,7 @@ def _kmsg_seq(text: str) -> int | None:
     b = text.find(",", a + 1)
     if a == -1 or b == -1:
         return None
-    try:
-        return int(text[a + 1:b])
-    except ValueError:
-        return None
+    return ascii_uint(text[a + 1:b])  # ASCII digits, at most a u64: else no seq
 
 
 def kmsg_events(records: Iterable[str], parser: KernelLogParser, ctx: TimeContext,

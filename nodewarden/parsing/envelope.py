@@ -117,24 +117,24 @@ class TimeContext:
 
 # ---------------------------------------------------------------------------------------------
 # Regular expressions, one per envelope. Compiled once.
-_KMSG = re.compile(r"(\d{1,3}),(\d+),(\d+),([^;,]*)(?:,[^;]*)?;(.*)", re.S)
-_PRIO = re.compile(r"<(\d{1,3})>")
+_KMSG = re.compile(r"([0-9]{1,3}),([0-9]+),([0-9]+),([^;,]*)(?:,[^;]*)?;(.*)", re.S)
+_PRIO = re.compile(r"<([0-9]{1,3})>")
 _RFC5424 = re.compile(
     r"1 (\S+) (\S+) (\S+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+) ?(.*)", re.S)
 _DECODE = re.compile(r"(" + "|".join(FACILITIES) + r")\s*:\s*(" + "|".join(LEVELS) + r")\s*: ?")
-_MONO = re.compile(r"\[\s*(\d+\.\d+)\]\s?")
+_MONO = re.compile(r"\[\s*([0-9]+\.[0-9]+)\]\s?")
 _CTIME = re.compile(
-    r"\[(?:[^\W\d_]+\.?\s+)?([^\W\d_]+\.?)\s+(\d{1,2})\s+(\d{1,2}):(\d\d):(\d\d)\s+(\d{4})\]\s?")
+    r"\[(?:[^\W\d_]+\.?\s+)?([^\W\d_]+\.?)\s+([0-9]{1,2})\s+([0-9]{1,2}):([0-9][0-9]):([0-9][0-9])\s+([0-9]{4})\]\s?")
 _ISO = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?\s+")
-_GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))? ")
+    r"([0-9]{4})-([0-9][0-9])-([0-9][0-9])[T ]([0-9][0-9]):([0-9][0-9]):([0-9][0-9])(?:[.,]([0-9]{1,9}))?(Z|[+-][0-9][0-9]:?[0-9][0-9])?\s+")
+_GOLOG = re.compile(r"([0-9]{4})/([0-9][0-9])/([0-9][0-9]) ([0-9][0-9]):([0-9][0-9]):([0-9][0-9])(?:\.([0-9]{1,9}))? ")
 _RFC3164 = re.compile(
-    r"([^\W\d_]{3,12}\.?)\s+(\d{1,2})\s+(\d{1,2}):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:\s+(\d{4}))?\s+")
+    r"([^\W\d_]{3,12}\.?)\s+([0-9]{1,2})\s+([0-9]{1,2}):([0-9][0-9]):([0-9][0-9])(?:\.([0-9]{1,9}))?(?:\s+([0-9]{4}))?\s+")
 # host (optional) and ident[pid]: after a syslog timestamp. Hostnames have no ':' or '['.
 _SYSLOG_TAIL = re.compile(
-    r"(?:(?P<host>[^\s:\[\]]+)\s+)?(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>\d+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
+    r"(?:(?P<host>[^\s:\[\]]+)\s+)?(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>[0-9]+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
 _SYSLOG_TAIL_HOST = re.compile(
-    r"(?P<host>[^\s:\[\]]+)\s+(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>\d+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
+    r"(?P<host>[^\s:\[\]]+)\s+(?P<ident>[^\s:\[\]]+)(?:\[(?P<pid>[0-9]+)\])?:(?:\s|$)(?P<msg>.*)", re.S)
 # Talos ``talosctl dmesg``: "10.1.10.21: kern:    info: [2021-01-14T16:16:01.266737804Z]: msg". The node
 # is often an IP address; levels are right-aligned and spelled as syslog(3) does ("warning").
 _TALOS = re.compile(
@@ -149,6 +149,74 @@ _KNOWN_IDENTS = frozenset({
     "kernel", "mcelog", "rasdaemon", "nvidia-persistenced", "nv-fabricmanager", "nvidia-fabricmanager",
     "nv-hostengine", "kubelet", "containerd", "dockerd", "systemd", "slurmd", "nodewarden",
 })
+
+
+# Bounds of the numbers an envelope holds: a kmsg seq or a journal counter is a u64 (20 digits);
+# a monotonic stamp past MAX_MONO_S seconds (about 31 years of uptime) is no boot's. Past them the
+# field is unknown (None), the record kept: int() of 5,000 digits raises, float() of 400 is inf.
+MAX_U64_DIGITS = 20
+MAX_MONO_S = 1e9
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ascii_uint(value: Any) -> int | None:
+    """A non-negative integer below 2**64 from an int or a string of ASCII digits, else None.
+
+    ``str.isdigit()`` is not used: it is true for ``"²"`` and Arabic-Indic digits, which are no
+    number a kernel or journald writes. Booleans are not numbers here."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value < 1 << 64 else None
+    if isinstance(value, str) and 0 < len(value) <= MAX_U64_DIGITS and value.isascii() and value.isdigit():
+        n = int(value)
+        return n if n < 1 << 64 else None
+    return None
+
+
+def mono_seconds(value: float | None) -> float | None:
+    """A monotonic stamp in seconds when it is finite and within ``[0, MAX_MONO_S]``, else None."""
+    if value is None or not 0.0 <= value <= MAX_MONO_S:  # NaN fails both comparisons
+        return None
+    return value
+
+
+def _from_us(us: int) -> dt.datetime | None:
+    try:
+        return _EPOCH + dt.timedelta(microseconds=us)
+    except OverflowError:
+        return None
+
+
+_EPOCH_TEXT = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,9})?")
+
+
+def epoch_time(value: Any) -> dt.datetime | None:
+    """A wall time from a Unix epoch stamp in seconds, milliseconds, microseconds or nanoseconds
+    (told apart by size: below 1e11 seconds, 1e14 ms, 1e17 us, 1e20 ns; fluent-bit and vector
+    exports write each), given as a number or a string of ASCII digits. None for anything
+    before 2001-09-09 (1e9 s), past 1e20, not finite, or out of datetime's range."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        if not _EPOCH_TEXT.fullmatch(value):
+            return None
+        value = int(value) if "." not in value else float(value)
+    if isinstance(value, int):
+        if not 1_000_000_000 <= value < 10 ** 20:
+            return None
+        for limit, per_us in ((10 ** 11, None), (10 ** 14, 1000), (10 ** 17, 1), (10 ** 20, -1000)):
+            if value < limit:
+                if per_us is None:
+                    return _from_us(value * 1_000_000)
+                return _from_us(value * per_us if per_us > 0 else value // -per_us)
+    if isinstance(value, float):
+        if not 1e9 <= value < 1e20:  # also NaN and infinities
+            return None
+        for limit, scale in ((1e11, 1.0), (1e14, 1e3), (1e17, 1e6), (1e20, 1e9)):
+            if value < limit:
+                return _from_us(int(value / scale * 1e6))
+    return None
 
 
 def _frac(text: str | None) -> int:
@@ -226,12 +294,13 @@ def parse_kmsg_record(text: str, ctx: TimeContext, boot_id: str | None = None) -
             if sep:
                 extra[k] = v
     prio_i = int(prio)
-    mono = int(usec) / 1e6
-    t = _mono_to_wall(mono, ctx)
+    us = ascii_uint(usec)
+    mono = mono_seconds(us / 1e6) if us is not None else None  # 400 digits: no stamp, the record kept
+    t = _mono_to_wall(mono, ctx) if mono is not None else None
     return Record(
         message=unescape_kmsg(msg.rstrip("\n")), raw=text.rstrip("\n"), fmt="kmsg",
-        time=t, time_kind=TIME_MONO, raw_time=usec, monotonic=mono,
-        facility=_facility_name(prio_i >> 3), level=LEVELS[prio_i & 7], seq=int(seq),
+        time=t, time_kind=TIME_MONO if mono is not None else TIME_NONE, raw_time=usec[:40], monotonic=mono,
+        facility=_facility_name(prio_i >> 3), level=LEVELS[prio_i & 7], seq=ascii_uint(seq),
         boot_id=boot_id, kernel=(prio_i >> 3) == 0, extra=extra,
     )
 
@@ -251,17 +320,26 @@ def parse_line(line: str, ctx: TimeContext | None = None) -> Record | None:
     """
     ctx = ctx or _DEFAULT_CTX
     raw = line.rstrip("\r\n")
+    if raw[:1] in ("\ufeff", "\x00"):
+        # A byte-order mark (a file's first line), or the NUL blocks a crash leaves before the
+        # first line written after the reboot: no text of the line.
+        raw = raw.lstrip("\ufeff\x00")
     if not raw.strip():
         return None
     if raw[0] in " \t":
         # A continuation line (dmesg indents the 2nd.. lines of a multi-line record). Readers glue
-        # it to the record before; alone, it is a bare message.
-        return Record(message=raw.strip(), raw=raw, fmt="continuation")
+        # it to the record before; alone (an indented paste), it is read as the line unindented.
+        rec = parse_line(raw.lstrip(" \t"), ctx)
+        if rec is not None:
+            rec.raw = raw
+            if rec.fmt == "bare":
+                rec.fmt = "continuation"
+        return rec
     if raw[0] == "{":
         rec = _parse_json(raw, ctx)
         if rec is not None:
             return rec
-    if raw[0].isdigit():
+    if "0" <= raw[0] <= "9":
         m = _KMSG.match(raw)
         if m:
             return parse_kmsg_record(raw, ctx)
@@ -333,7 +411,7 @@ def _parse_into(text: str, rec: Record, ctx: TimeContext) -> None:
                 rec.time_kind = TIME_WALL if rec.time else TIME_NONE
                 rec.message = text[m.end():]
                 return
-    elif ch.isdigit():
+    elif "0" <= ch <= "9":
         m = _ISO.match(text, pos)
         if m:
             rec.raw_time = m.group(0).strip()
@@ -408,30 +486,36 @@ def _parse_into_inner(rec: Record, ctx: TimeContext) -> None:
     """Re-read a message that carries its own envelope (a kernel line inside a container log)."""
     inner = Record(message=rec.message, raw=rec.raw, fmt="bare")
     _parse_into(rec.message, inner, ctx)
-    if inner.fmt != "bare":
+    if inner.fmt != "bare" or inner.ident is not None:
         rec.message = inner.message
         rec.monotonic = inner.monotonic if inner.monotonic is not None else rec.monotonic
         rec.host = inner.host or rec.host
+        if inner.ident is not None:  # a syslog line inside: its ident says who wrote it
+            rec.ident = inner.ident
+        rec.kernel = rec.kernel and inner.kernel
 
 
 def _finish_message(msg: str, rec: Record, ctx: TimeContext) -> None:
     """Syslog messages from the kernel may start with the dmesg ``[mono]`` stamp: keep it too."""
     m = _MONO.match(msg)
     if m:
-        rec.monotonic = float(m.group(1))
+        rec.monotonic = mono_seconds(float(m.group(1)))
         msg = msg[m.end():]
     rec.message = msg
 
 
 def _set_mono(rec: Record, text: str, ctx: TimeContext) -> None:
-    rec.monotonic = float(text)
-    rec.raw_time = text
+    rec.monotonic = mono_seconds(float(text))
+    rec.raw_time = text[:40]
+    if rec.monotonic is None:  # no boot runs that long: the stamp is unknown, the record kept
+        rec.time_kind, rec.time = TIME_NONE, None
+        return
     rec.time_kind = TIME_MONO
     rec.time = _mono_to_wall(rec.monotonic, ctx)
 
 
 _ISO_FULL = re.compile(
-    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?\s*(Z|[+-]\d\d:?\d\d)?$")
+    r"([0-9]{4})-([0-9][0-9])-([0-9][0-9])[T ]([0-9][0-9]):([0-9][0-9]):([0-9][0-9])(?:[.,]([0-9]{1,9}))?\s*(Z|[+-][0-9][0-9]:?[0-9][0-9])?$")
 
 
 def _set_iso(rec: Record, ts: str, ctx: TimeContext) -> None:
@@ -451,7 +535,7 @@ def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
     """journalctl ``-o json`` records and JSON-wrapped agent/container logs."""
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
         return None
     if not isinstance(obj, dict):
         return None
@@ -461,45 +545,64 @@ def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
             msg = bytes(x & 0xFF for x in msg if isinstance(x, int)).decode("utf-8", "replace")
         if not isinstance(msg, str):
             return None
-        rec = Record(message=msg, raw=raw, fmt="journal_json", host=obj.get("_HOSTNAME"),
-                     ident=obj.get("SYSLOG_IDENTIFIER"), boot_id=obj.get("_BOOT_ID"))
+        rec = Record(message=msg, raw=raw, fmt="journal_json", host=_text(obj.get("_HOSTNAME")),
+                     ident=_text(obj.get("SYSLOG_IDENTIFIER")), boot_id=_text(obj.get("_BOOT_ID")))
         transport = obj.get("_TRANSPORT")
         rec.kernel = transport in (None, "kernel")
-        rt = obj.get("__REALTIME_TIMESTAMP")
-        if rt is not None and str(rt).isdigit():
-            rec.time = dt.datetime.fromtimestamp(int(rt) / 1e6, UTC)
-            rec.time_kind = TIME_WALL
-            rec.raw_time = str(rt)
-        mono = obj.get("__MONOTONIC_TIMESTAMP")
-        if mono is not None and str(mono).isdigit():
-            rec.monotonic = int(mono) / 1e6
-        fac, pri = obj.get("SYSLOG_FACILITY"), obj.get("PRIORITY")
-        if fac is not None and str(fac).isdigit():
-            rec.facility = _facility_name(int(fac))
-        if pri is not None and str(pri).isdigit() and int(pri) < 8:
-            rec.level = LEVELS[int(pri)]
-        seq = obj.get("__SEQNUM")
-        if seq is not None and str(seq).isdigit():
-            rec.seq = int(seq)
+        # Numbers as journald writes them (strings of ASCII digits; some exporters write ints);
+        # anything else, or out of range (2**64-1, 18 digits, "²"), leaves the field unknown.
+        rt = ascii_uint(obj.get("__REALTIME_TIMESTAMP"))
+        if rt is not None:
+            rec.time = _from_us(rt)
+            if rec.time is not None:
+                rec.time_kind = TIME_WALL
+                rec.raw_time = str(rt)
+        mono = ascii_uint(obj.get("__MONOTONIC_TIMESTAMP"))
+        if mono is not None:
+            rec.monotonic = mono_seconds(mono / 1e6)
+        fac, pri = ascii_uint(obj.get("SYSLOG_FACILITY")), ascii_uint(obj.get("PRIORITY"))
+        if fac is not None and fac < 1 << 16:
+            rec.facility = _facility_name(fac)
+        if pri is not None and pri < 8:
+            rec.level = LEVELS[pri]
+        rec.seq = ascii_uint(obj.get("__SEQNUM"))
         return rec
     # Generic wrappers: the message under a well-known key, possibly nested.
     msg = _find_message(obj)
     if msg is None:
         return None
     rec = Record(message=msg, raw=raw, fmt="json")
-    for key in ("ts", "time", "timestamp", "@timestamp"):
+    for key in ("ts", "time", "timestamp", "@timestamp", "date"):
         ts = obj.get(key)
-        if isinstance(ts, str):
-            _set_iso(rec, ts, ctx)
+        if isinstance(ts, str) and not _EPOCH_TEXT.fullmatch(ts):
+            _set_iso(rec, ts[:64], ctx)
             break
-        if isinstance(ts, (int, float)) and ts > 1e9:
-            rec.time = dt.datetime.fromtimestamp(ts if ts < 1e11 else ts / 1e3, UTC)
-            rec.time_kind, rec.raw_time = TIME_WALL, str(ts)
+        if isinstance(ts, (int, float, str)) and not isinstance(ts, bool):
+            # Epoch seconds, ms, us or ns (fluent-bit, vector); out of range: no time, line kept.
+            rec.time = epoch_time(ts)
+            rec.raw_time = str(ts)[:40] if not isinstance(ts, int) or abs(ts) < 10 ** 40 else "(too long)"
+            rec.time_kind = TIME_WALL if rec.time is not None else TIME_NONE
             break
     host = obj.get("host") or obj.get("hostname") or obj.get("node")
     rec.host = host if isinstance(host, str) else None
+    # Who wrote the line, as log shippers name it (fluent-bit's syslog parser, vector, rsyslog's
+    # JSON templates): a program other than the kernel makes no fault.
+    for key in _IDENT_KEYS:
+        ident = obj.get(key)
+        if isinstance(ident, str) and ident:
+            rec.ident = ident
+            rec.kernel = ident == "kernel"
+            break
     _parse_into_inner(rec, ctx)
     return rec
+
+
+_IDENT_KEYS = ("SYSLOG_IDENTIFIER", "syslog_identifier", "ident", "programname", "program", "appname", "app_name")
+
+
+def _text(value: Any) -> str | None:
+    """A journal field that must be text: None for any other JSON type."""
+    return value if isinstance(value, str) else None
 
 
 def _find_message(obj: dict[str, Any], depth: int = 0) -> str | None:

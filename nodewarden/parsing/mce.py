@@ -3,6 +3,11 @@
 One record is ``mce: [Hardware Error]: CPU N: Machine Check[ Exception]: MCGSTATUS Bank B: STATUS``
 followed by ``TSC ... [ADDR ...] [MISC ...]``, ``PROCESSOR v:cpuid TIME t SOCKET s APIC a microcode m``
 lines; the ``Machine check events logged`` notice before it carries no data.
+
+Every pattern is matched at the start of the driver's message (``re.match`` on the text that
+:func:`nodewarden.parsing.lines.driver_message` gives), never searched for inside other text:
+a message quoting a driver line (``segfault ... in NVRM: Xid ...``) is no fault. Numbers are
+ASCII digits, bounded (at most 9 decimal digits): a longer run does not match.
 """
 
 from __future__ import annotations
@@ -11,12 +16,12 @@ import re
 from typing import Any
 
 MCE_HEAD_RE = re.compile(
-    r"mce: \[Hardware Error\]: CPU (?P<cpu>\d+): Machine Check(?P<exc> Exception)?: "
-    r"(?P<mcg>[0-9a-fA-F]+) Bank (?P<bank>\d+): (?P<status>[0-9a-fA-F]{1,16})\b")
+    r"mce: \[Hardware Error\]: CPU (?P<cpu>[0-9]{1,9}): Machine Check(?P<exc> Exception)?: "
+    r"(?P<mcg>[0-9a-fA-F]+) Bank (?P<bank>[0-9]{1,9}): (?P<status>[0-9a-fA-F]{1,16})\b")
 MCE_DETAIL_RE = re.compile(r"mce: \[Hardware Error\]: (?P<rest>(?:TSC|PROCESSOR|RIP|ADDR|MISC|SYND|IPID|PPIN)\b.*)")
-MCE_HINT_RE = re.compile(r"mce: \[Hardware Error\]: CPU \d+: Machine Check")
+MCE_HINT_RE = re.compile(r"mce: \[Hardware Error\]: CPU [0-9]+: Machine Check")
 _KV = re.compile(r"\b(TSC|ADDR|MISC|SYND|IPID|PPIN|TIME|SOCKET|APIC|microcode)\s+([0-9a-fA-Fx]+)")
-_PROCESSOR = re.compile(r"\bPROCESSOR (?P<vendor>\d+):(?P<cpuid>[0-9a-fA-F]+)")
+_PROCESSOR = re.compile(r"\bPROCESSOR (?P<vendor>[0-9]{1,9}):(?P<cpuid>[0-9a-fA-F]+)")
 
 # IA32_MCi_STATUS bits (Intel SDM vol. 3B 16.3.2.2; AMD uses the same positions).
 _VAL, _OVER, _UC, _EN, _MISCV, _ADDRV, _PCC = 63, 62, 61, 60, 59, 58, 57
@@ -34,7 +39,7 @@ def decode_status(status: int) -> dict[str, Any]:
 def parse_mce_head(message: str) -> dict[str, Any] | None:
     """The first line of a record: ``cpu``, ``bank``, ``mcg_status``, ``status`` (ints), ``exception``
     (bool: the fatal ``Machine Check Exception`` form) and the decoded status bits; else None."""
-    m = MCE_HEAD_RE.search(message)
+    m = MCE_HEAD_RE.match(message)
     if not m:
         return None
     status = int(m.group("status"), 16)
@@ -53,7 +58,7 @@ def parse_mce_detail(message: str) -> dict[str, Any] | None:
     Hex registers (TSC, ADDR, MISC, SYND, IPID, PPIN, microcode) become ints; TIME (epoch
     seconds), SOCKET and APIC are decimal ints; PROCESSOR gives ``cpu_vendor`` and ``cpuid``.
     """
-    m = MCE_DETAIL_RE.search(message)
+    m = MCE_DETAIL_RE.match(message)
     if not m:
         return None
     rest = m.group("rest")

@@ -17,7 +17,8 @@ from typing import Iterator
 # of these. They are as narrow as the parsers allow: a fleet's logs are full of driver chatter
 # (``NVRM: Persistence mode is deprecated``, mlx5 health polls and firmware traces) that no parser
 # uses, and every candidate costs a decode and an envelope parse. tests/unit/test_scan.py checks
-# that the scanned file gives the events of a loop over every line, on the real cases too.
+# that the scanned file gives the events of a loop over every line, on the real cases too. The
+# scan finds keywords anywhere (a quoted fault too): the parsers decide where a message starts.
 KEYWORDS: tuple[bytes, ...] = (
     b"Xid",                    # Xid lines, unparsed Xid mentions, the device plugin's XidCriticalError
     b"NVRM: GPU at",           # PCI -> UUID map

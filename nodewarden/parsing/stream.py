@@ -9,6 +9,11 @@ need across lines of one stream (one file, one /dev/kmsg, one host):
   be printed together with an ``Xid ...: 79`` line for the same GPU: counted once;
 * ``NVRM: GPU at PCI:... GPU-<uuid>`` lines map PCI bus ids to GPU UUIDs.
 
+Only the kernel makes a fault: each record is read from where its driver message starts
+(:func:`nodewarden.parsing.lines.driver_message`); fault text anywhere else (quoted by another
+message, a second record glued on the line, a later line of the same record) is counted as
+``unparsed``. Records whose syslog ident is not ``kernel`` are skipped (``skipped_non_kernel``).
+
 No I/O: records in (:meth:`KernelLogParser.feed`), events out. Call :meth:`flush` at the end.
 """
 
@@ -23,6 +28,7 @@ from nodewarden import events as ev
 from nodewarden.events import FaultEvent
 from nodewarden.parsing import edac, ib, mce, xid
 from nodewarden.parsing.envelope import Record, TimeContext, parse_line
+from nodewarden.parsing.lines import LINE_END_RE, driver_message, split_lines
 
 # Cheap substring tests before any regex: a record that has none of these is not a fault line.
 TRIGGERS = ("NVRM", "Xid", "EDAC", "mce: ", "Port: ", "mlx", "fallen off the bus")
@@ -84,7 +90,13 @@ class KernelLogParser:
 
     # -- public API ------------------------------------------------------------------------
     def feed(self, rec: Record) -> list[FaultEvent]:
-        """Events completed by this record (often none). Never raises on record content."""
+        """Events completed by this record (often none). Never raises on record content.
+
+        Faults are read where the driver's message starts (:func:`lines.driver_message`). Fault
+        text elsewhere is counted as ``unparsed``, never as a fault: inside another message
+        (``segfault ... in NVRM: Xid ...``, a second record glued on the line) or on a later line
+        of the same record (a kmsg record holding two Xid lines, a dmesg continuation line).
+        """
         self._index += 1
         self.stats.records += 1
         msg = rec.message
@@ -104,7 +116,30 @@ class KernelLogParser:
             self.stats.events += len(out)
             return out
         try:
-            self._dispatch(rec, msg, out)
+            text = driver_message(msg, bare=rec.fmt in _NO_ENVELOPE)
+            later: list[str] = []
+            if "\n" in text or any(c in text for c in "\r\x85\u2028\u2029"):
+                parts = split_lines(text)
+                for i in range(1, len(parts)):
+                    if _begins_fault(driver_message(parts[i])):
+                        text, later = "\n".join(parts[:i]), parts[i:]
+                        rec = dataclasses.replace(rec, message=text)
+                        break
+            if not self._dispatch(rec, text, out):
+                family = _fault_family(text)
+                if family is not None:
+                    at_start = _begins_fault(text)
+                    out.append(self._unparsed(rec, family, f"{_FAMILY_NAMES[family]} line not understood" if at_start
+                                              else "fault text inside another message, not where a kernel message starts"))
+            else:
+                family = _glued_family(text)
+                if family is not None:
+                    out.append(self._unparsed(rec, family, "a second record's fault text glued on the same line"))
+            for line in later:
+                if _fault_family(line) is not None:
+                    sub = dataclasses.replace(rec, message=line)
+                    out.append(self._unparsed(sub, _fault_family(line) or "xid",
+                                              "fault text on a later line of one kernel record"))
         except Exception as exc:  # a parser bug must never lose the line: keep it raw
             out.append(self._unparsed(rec, "error", f"{type(exc).__name__}: {exc}"))
         self.stats.events += len(out)
@@ -142,12 +177,14 @@ class KernelLogParser:
         yield from self.flush()
 
     # -- dispatch --------------------------------------------------------------------------
-    def _dispatch(self, rec: Record, msg: str, out: list[FaultEvent]) -> None:
+    def _dispatch(self, rec: Record, msg: str, out: list[FaultEvent]) -> bool:
+        """Parse ``msg`` (the driver's message of ``rec``). True when a parser understood it
+        (an event, or a line the stream keeps state from); False leaves it to :meth:`feed`."""
         host = rec.host or self.host
-        if "NVRM" in msg or "Xid" in msg or "fallen off the bus" in msg:
-            if self._nvrm(rec, msg, host, out):
-                return
-        if "mce: " in msg:
+        c = msg[:1]
+        if c == "N":
+            return msg.startswith("NVRM") and self._nvrm(rec, msg, host, out)
+        if c == "m" and msg.startswith("mce: "):
             head = mce.parse_mce_head(msg)
             if head is not None:
                 if self._pending_mce is not None:
@@ -155,7 +192,7 @@ class KernelLogParser:
                 cpu, bank = head["cpu"], head["bank"]
                 self._pending_mce = self._event(rec, ev.MCE, device=f"cpu{cpu}/bank{bank}", attrs=head,
                                                 category=head["type"])
-                return
+                return True
             detail = mce.parse_mce_detail(msg)
             if detail is not None:
                 pend = self._pending_mce
@@ -165,44 +202,39 @@ class KernelLogParser:
                     if "cpuid" in detail:  # PROCESSOR ... is the record's last line
                         out.append(pend)
                         self._pending_mce = None
-                return
-            if mce.MCE_HINT_RE.search(msg):
-                out.append(self._unparsed(rec, "mce", "Machine Check line not understood"))
-            return
-        if "EDAC" in msg:
+                return True
+            return False
+        if c == "E" and msg.startswith("EDAC"):
             fields = edac.parse_edac(msg)
             if fields is None:
                 decode = edac.parse_edac_mce(msg)
                 if decode is not None:
                     self._edac_mce_line(host, decode, rec)
-                    return
-            if fields is not None:
-                fields.update(self._take_edac_mce(host, fields["mc"], rec))
-                device = f"mc{fields['mc']}/{fields['label']}"
-                out.append(self._event(rec, ev.CPU_ECC, device=device, attrs=fields, category=fields["type"]))
-            elif edac.EDAC_HINT_RE.search(msg):
-                out.append(self._unparsed(rec, "edac", "EDAC error line not understood"))
-            return
+                    return True
+                return False
+            fields.update(self._take_edac_mce(host, fields["mc"], rec))
+            device = f"mc{fields['mc']}/{fields['label']}"
+            out.append(self._event(rec, ev.CPU_ECC, device=device, attrs=fields, category=fields["type"]))
+            return True
         if "Port: " in msg:
             fields = ib.parse_ib_port(msg)
             if fields is not None:
                 state = fields["state"]
                 kind = ev.IB_LINK_DOWN if state == "DOWN" else ev.IB_LINK_UP if state == "ACTIVE" else ev.IB_PORT_STATE
                 out.append(self._event(rec, kind, device=f"{fields['rdma_device']}/{fields['port']}", attrs=fields))
-                return
-            if ib.IB_HINT_RE.search(msg) and "mlx" in msg:
-                out.append(self._unparsed(rec, "ib", "IB port state line not understood"))
-                return
-        if "mlx" in msg:
+                return True
+        if c == "m" and msg.startswith("mlx"):
             fields = ib.parse_net_link(msg)
             if fields is not None:
                 kind = ev.NET_LINK_UP if fields["state"] == "up" else ev.NET_LINK_DOWN
                 out.append(self._event(rec, kind, device=fields["netdev"], attrs=fields))
-                return
+                return True
             fields = ib.parse_module_event(msg)
             if fields is not None:
                 out.append(self._event(rec, ev.NIC_MODULE, device=fields["pci_bus_id"] or fields.get("nic"),
                                        attrs=fields))
+                return True
+        return False
 
     def _nvrm(self, rec: Record, msg: str, host: str | None, out: list[FaultEvent]) -> bool:
         """NVIDIA lines. True when the record was consumed."""
@@ -232,7 +264,7 @@ class KernelLogParser:
         if limited is not None:
             self._sampled[(host, limited[0])] = limited[1]
             return True
-        if xid.DRIVER_LOAD_RE.search(msg):  # module (re)loaded: rate limits start afresh
+        if xid.DRIVER_LOAD_RE.match(msg):  # module (re)loaded: rate limits start afresh
             for key in [k for k in self._sampled if k[0] == host]:
                 del self._sampled[key]
             return True
@@ -243,7 +275,7 @@ class KernelLogParser:
                 self.pci_uuid[(host, pci)] = uuid
             return True
         fallen = xid.parse_fallen_off_bus(msg)
-        if fallen is None and "fallen off the bus" in msg and host in self._pending_fallen:
+        if fallen is None and xid.FALLEN_TAIL_RE.match(msg) and host in self._pending_fallen:
             prev, fallen, _ = self._pending_fallen.pop(host)
             rec = dataclasses.replace(prev, raw=prev.raw + "\n" + rec.raw)
         if fallen is not None:
@@ -256,14 +288,11 @@ class KernelLogParser:
                 attrs["gpu_uuid"] = self.pci_uuid[(host, pci)]
             out.append(self._event(rec, ev.XID, code=79, device=pci, attrs=attrs, category=_category(79)))
             return True
-        start = xid.FALLEN_START_RE.search(msg)
+        start = xid.FALLEN_START_RE.match(msg)
         if start is not None:
             from nodewarden.parsing.pci import normalize_pci
             self._pending_fallen[host] = (rec, {"pci_bus_id": normalize_pci(start.group("pci")),
                                                 "pci_ids": start.group("ids")}, self._index)
-            return True
-        if xid.XID_HINT_RE.search(msg):
-            out.append(self._unparsed(rec, "xid", "Xid line not understood"))
             return True
         return False
 
@@ -354,6 +383,51 @@ class KernelLogParser:
         return self._event(rec, ev.UNPARSED, attrs={"family": family, "reason": reason})
 
 
+# Records without an envelope (a pasted line, a ticket field): the only ones in which a driver's
+# message may follow a field glued to it (see lines.driver_message).
+_NO_ENVELOPE = frozenset({"bare", "continuation"})
+
+# Fault text, by family: ``_FAULT_STARTS`` where a driver's message starts (matched at the start),
+# ``_FAULT_ANYWHERE`` the same text found anywhere (a quoted or glued fault: unparsed, flagged).
+_FAULT_STARTS = (
+    ("xid", xid.XID_HINT_RE), ("xid", xid.FALLEN_RE), ("xid", xid.FALLEN_START_RE),
+    ("edac", edac.EDAC_HINT_RE), ("mce", mce.MCE_HINT_RE),
+    ("ib", ib.IB_PORT_RE), ("ib", ib.NET_LINK_RE), ("ib", ib.MODULE_RE),
+)
+_FAULT_ANYWHERE = (
+    ("xid", re.compile(r"NVRM:?\s*Xid\b|NVRM: (?:The NVIDIA GPU|GPU \S+ GPU has fallen off the bus)")),
+    ("edac", re.compile(r"EDAC\b[^\n]*?\bMC[0-9]+: [0-9]+ (?:CE|UE|Fatal|Deferred)\b")),
+    ("mce", mce.MCE_HINT_RE),
+    ("ib", re.compile(r"Port: [0-9]+ Link (?:DOWN|INIT|ARMED|ACTIVE)|mlx[0-9]_core \S+ \S+: Link (?:up|down)\b"
+                      r"|Port module event")),
+)
+# A second record glued after a parsed one: the header of a driver message later on the line.
+_GLUED = re.compile(r"(?<=.)(?:NVRM:?\s*Xid\s*\(|EDAC (?:[\w-]+ )?MC[0-9]{1,9}: [0-9]{1,9} (?:CE|UE)\b"
+                    r"|mce: \[Hardware Error\]: CPU [0-9]{1,9}: Machine Check)", re.S)
+_FAMILY_NAMES = {"xid": "Xid", "edac": "EDAC error", "mce": "Machine Check", "ib": "IB/NIC link"}
+
+
+def _begins_fault(text: str) -> bool:
+    """Does ``text`` (a driver message) start with fault text of any family?"""
+    return any(pat.match(text) for _f, pat in _FAULT_STARTS)
+
+
+def _fault_family(text: str) -> str | None:
+    """The family of the fault text ``text`` holds anywhere (``xid``/``edac``/``mce``/``ib``), else None."""
+    for family, pat in _FAULT_ANYWHERE:
+        if pat.search(text):
+            return family
+    return None
+
+
+def _glued_family(text: str) -> str | None:
+    """The family of a fault header past the start of ``text`` (a record glued on), else None."""
+    m = _GLUED.search(text) if len(text) > 8 else None
+    if m is None:
+        return None
+    return {"N": "xid", "E": "edac", "m": "mce"}[m.group(0)[0]]
+
+
 def _text_mismatch(code: int, payload: str) -> int | None:
     for text, expected in _TEXT_CODES:
         if text in payload and code != expected:
@@ -375,24 +449,39 @@ def _close(e: FaultEvent, rec: Record, window: float) -> bool:
     return True
 
 
-def records_from_lines(lines: Iterable[str], ctx: TimeContext | None = None) -> Iterator[Record]:
-    """Records from physical lines: an indented line continues the record before it (dmesg prints
-    the 2nd.. lines of one printk indented, without a timestamp); blank lines are skipped."""
+def group_records(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Physical lines grouped into records: an indented line continues the record before it
+    (dmesg prints the 2nd.. lines of one printk indented, without a timestamp); blank lines end
+    a record and are skipped (as the byte scanner, scan.candidate_records, reads them). Each
+    input line is first cut at every line end (:func:`lines.split_lines`: CR, NEL, U+2028 and
+    U+2029 end a line as LF does). An indented line that starts the input, and those
+    that follow it, continue nothing: each is a record of its own (an indented paste of log lines)."""
     pending: list[str] = []
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        if line[0] in " \t" and pending:
-            pending.append(line)
-            continue
-        if pending:
-            rec = join_record(pending, ctx)
-            if rec is not None:
-                yield rec
-        pending = [line]
+    for chunk in lines:
+        # The line end that file iteration leaves on a line is its own; any other end inside it
+        # (a CR, NEL, U+2028 ...) ends a line too, and an empty line after it is a blank line.
+        if chunk.endswith("\n"):
+            chunk = chunk[:-2] if chunk.endswith("\r\n") else chunk[:-1]
+        for line in LINE_END_RE.split(chunk) if any(c in chunk for c in "\n\r\x85\u2028\u2029") else (chunk,):
+            if not line.strip():  # a blank line ends a record: an indented line after it continues nothing
+                if pending:
+                    yield pending
+                    pending = []
+                continue
+            if line[0] in " \t" and pending and pending[0][0] not in " \t":
+                pending.append(line)
+                continue
+            if pending:
+                yield pending
+            pending = [line]
     if pending:
-        rec = join_record(pending, ctx)
+        yield pending
+
+
+def records_from_lines(lines: Iterable[str], ctx: TimeContext | None = None) -> Iterator[Record]:
+    """Records from physical lines, grouped by :func:`group_records`, envelopes parsed."""
+    for group in group_records(lines):
+        rec = join_record(group, ctx)
         if rec is not None:
             yield rec
 

@@ -5,6 +5,11 @@ Pure functions over the message text (the envelope already removed). Shapes foll
 driver's format strings (NVIDIA/open-gpu-kernel-modules) and the real lines in the reference
 corpus: no ``PCI:`` prefix (r304), no pid (<= r418), ``pid=`` without ``name=`` (r440-r470),
 ``pid='<unknown>'``, MIG ``GPU-I:NN``, any PCI domain, multi-space payloads.
+
+Every pattern is matched at the start of the driver's message (``re.match`` on the text that
+:func:`nodewarden.parsing.lines.driver_message` gives), never searched for inside other text:
+a message quoting a driver line (``segfault ... in NVRM: Xid ...``) is no fault. Numbers are
+ASCII digits, bounded (at most 9 decimal digits): a longer run does not match.
 """
 
 from __future__ import annotations
@@ -14,17 +19,21 @@ from typing import Any
 
 from nodewarden.parsing.pci import normalize_pci
 
-# "NVRM: Xid (PCI:0000:43:00): 13, ..." -- unanchored: the line may be glued to other text
-# ("diff:371;NVRM: Xid ..."), and hand transcriptions drop the colon ("NVRM Xid (...) : 32").
+# "NVRM: Xid (PCI:0000:43:00): 13, ..." -- matched at the start of the driver's message only
+# (nodewarden.parsing.lines.driver_message); hand transcriptions drop the colon ("NVRM Xid (...) :
+# 32"). What the parentheses hold is a bus id as drivers print it, redacted (``...``, ``$pci``) or
+# with a MIG ``GPU-I:NN``: short and without brackets, so that a task name of 15 characters
+# ("NVRM: Xid (PCI:" + "[pid]: segfault ...") cannot open it. Digits are ASCII (``re.A``) and
+# bounded: int() of a 5,000-digit run raises.
 XID_RE = re.compile(
-    r"NVRM:?\s*Xid\s*\((?P<inner>[^)]*)\)\s*:\s*(?P<xid>-?\d+)\b,?\s*(?P<rest>.*)", re.S)
+    r"NVRM:?\s*Xid\s*\((?P<inner>[^()\[\]\n]{0,48})\)\s*:\s*(?P<xid>-?[0-9]{1,9})\b,?\s*(?P<rest>.*)", re.S | re.A)
 # NVIDIA's codes run to the low hundreds; a code past this is a mangled line, never an Xid.
 MAX_XID = 9999
 # Something that mentions an Xid but did not match XID_RE: counted as unparsed.
-XID_HINT_RE = re.compile(r"NVRM:?\s*Xid\b")
+XID_HINT_RE = re.compile(r"NVRM:?\s*Xid\b", re.A)
 _INNER = re.compile(
-    r"(?:PCI:)?\s*(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?\s*(?:GPU-I:\s*(?P<gi>\d+))?")
-_PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>\d+))\s*(?:,\s*|$)")
+    r"(?:PCI:)?\s*(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?\s*(?:GPU-I:\s*(?P<gi>[0-9]{1,9}))?")
+_PID = re.compile(r"pid=(?:'?<unknown>'?|(?P<pid>[0-9]{1,9}))\s*(?:,\s*|$)")
 _NAME = re.compile(r"name=(?P<name>.*?)(?:,\s+|,$|$)", re.S)
 
 _CHANNEL_PATTERNS = (
@@ -46,8 +55,8 @@ _HEX_FIELDS = {
 _HEX_HINTS = {"intr": "intr", "engmask": "engmask", "info": "Info", "phys_addr": "physAddr", "head": "Head",
               "head_count": "Count"}
 _ERROR_STRING = re.compile(r"\berrorString\s+(?P<v>.*?)(?:,\s*Info\b|$)")
-_GPC = re.compile(r"\(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+), SM (?P<sm>\d+)\)")
-_PARTITION = re.compile(r"\bpartition (?P<p>\d+), subpartition (?P<sp>\d+)")
+_GPC = re.compile(r"\(GPC (?P<gpc>[0-9]{1,9}), TPC (?P<tpc>[0-9]{1,9}), SM (?P<sm>[0-9]{1,9})\)")
+_PARTITION = re.compile(r"\bpartition (?P<p>[0-9]{1,9}), subpartition (?P<sp>[0-9]{1,9})")
 _ROW_REMAP = re.compile(r"Row Remapper: New row \((?P<v>0x[0-9a-fA-F]+)\)")
 _PAGE = re.compile(r"(?:Blacklisting|Retirement)[^()]*\((?P<v>0x[0-9a-fA-F]+)\)")
 _MMU = re.compile(
@@ -57,21 +66,21 @@ _CONTAINMENT = re.compile(
     r"(?P<c>Contained|Uncontained): (?P<unit>.+?)(?: \((?P<loc>0x[0-9a-fA-F]+(?:, 0x[0-9a-fA-F]+)*)\))?\."
     r"(?: physAddr: (?P<addr>0x[0-9a-fA-F]+))?\s*RST: (?P<rst>Yes|No), D-RST: (?P<drst>Yes|No)")
 _NVLINK_FATAL = re.compile(
-    r"NVLink: (?P<sev>fatal|non-fatal|nonfatal)? ?error detected on link (?P<link>-?\d+)\s*(?:\((?P<regs>[^)]*)\))?",
+    r"NVLink: (?P<sev>fatal|non-fatal|nonfatal)? ?error detected on link (?P<link>-?[0-9]{1,9})\s*(?:\((?P<regs>[^)]*)\))?",
     re.I)
 # Hopper/Blackwell NVLink subsystem lines: "<UNIT> <Fatal|Nonfatal> XC0 i0 Link 13 (regs)".
 _NVLINK_UNIT = re.compile(
-    r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+(?P<xc>XC\d+)\s+(?P<inst>i\d+)\s+"
-    r"Link\s+(?P<link>-?\d+)\s*(?:\((?P<regs>[^)]*)\))?")
-_LINK_GENERIC = re.compile(r"\b[Ll]ink (?P<link>-?\d+)\b")
-_CAUSED_BY = re.compile(r"caused by previous Xid (?P<v>\d+)")
-_GSP_FN = re.compile(r"Expected function (?P<fn>\d+) \((?P<name>[A-Z0-9_]+)\)(?: \((?P<a0>0x[0-9a-fA-F]+) (?P<a1>0x[0-9a-fA-F]+)\))?")
-_GSP_TIMEOUT = re.compile(r"Timeout after (?P<s>\d+)s of waiting for RPC response from (?P<gsp>GPU\d+) GSP")
+    r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Nonfatal|Non-fatal)\s+(?P<xc>XC[0-9]{1,9})\s+(?P<inst>i[0-9]{1,9})\s+"
+    r"Link\s+(?P<link>-?[0-9]{1,9})\s*(?:\((?P<regs>[^)]*)\))?")
+_LINK_GENERIC = re.compile(r"\b[Ll]ink (?P<link>-?[0-9]{1,9})\b")
+_CAUSED_BY = re.compile(r"caused by previous Xid (?P<v>[0-9]{1,9})")
+_GSP_FN = re.compile(r"Expected function (?P<fn>[0-9]{1,9}) \((?P<name>[A-Z0-9_]+)\)(?: \((?P<a0>0x[0-9a-fA-F]+) (?P<a1>0x[0-9a-fA-F]+)\))?")
+_GSP_TIMEOUT = re.compile(r"Timeout after (?P<s>[0-9]{1,9})s of waiting for RPC response from (?P<gsp>GPU[0-9]{1,9}) GSP")
 # Xid 120 and the GSP-CrashCat watchdog line: "GSP task exception: load access page fault
 # (cause:0xd) @ pc:0x140ca4a, partition:4#0, task:3" / "GSP task watchdog timeout @ pc:..., task:3".
 _GSP_TASK = re.compile(
     r"GSP task [^@]*?(?:\(cause:(?P<cause>0x[0-9a-fA-F]+)\)\s*)?@ pc:(?P<pc>0x[0-9a-fA-F]+), "
-    r"partition:(?P<part>[^,\s]+), task:(?P<task>\d+)")
+    r"partition:(?P<part>[^,\s]+), task:(?P<task>[0-9]{1,9})")
 _RECOVERY = re.compile(
     r"recovery action changed from (?P<f>0x[0-9a-fA-F]+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+) \((?P<tn>[^)]*)\)")
 _HEXWORD = re.compile(r"0x[0-9a-fA-F]+")
@@ -82,22 +91,24 @@ FALLEN_RE = re.compile(
     r"\s+installed in this system has\s+(?:NVRM:\s*)?fallen off the bus"
     r"|GPU (?P<pci2>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]): GPU has fallen off the bus)")
 FALLEN_START_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)\s*(?:\(PCI ID: (?P<ids>[^)]*)\))?")
-FALLEN_TAIL_RE = re.compile(r"fallen off the bus")
+# The last line of the text-only form when syslog wrote each printed line as its own record.
+FALLEN_TAIL_RE = re.compile(r"NVRM:?\s*(?:\(PCI ID:[^)]*\)\s*installed in this system has\s*(?:NVRM:\s*)?)?fallen off the bus")
 GPU_AT_RE = re.compile(
     r"NVRM: GPU at (?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?):\s+(?P<uuid>\S+)")
 _UUID_RE = re.compile(r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 RATE_LIMIT_RE = re.compile(
     r"NVRM: Rate limiting GSP RPC error prints for GPU at (?:PCI:)?"
-    r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?) \(printing 1 of every (?P<n>\d+)\)")
+    r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?) \(printing 1 of every (?P<n>[0-9]{1,9})\)")
 # The driver banner printed when the kernel module loads: per-GPU driver state starts afresh.
 DRIVER_LOAD_RE = re.compile(r"NVRM: loading NVIDIA UNIX")
 SERIAL_RE = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S*)")
 # Kubernetes device plugin (NVML event, not a kernel line). Xid 999 is the plugin's own sentinel.
-DEVICE_PLUGIN_RE = re.compile(r"XidCriticalError: Xid=(?P<xid>\d+) on Device=(?P<dev>[^,\s]+)")
+DEVICE_PLUGIN_RE = re.compile(r"XidCriticalError: Xid=(?P<xid>[0-9]{1,9}) on Device=(?P<dev>[^,\s]+)")
 
 
 def parse_xid(message: str) -> dict[str, Any] | None:
-    """Fields of an Xid line, or None when the message holds no ``NVRM: Xid (...)`` header.
+    """Fields of an Xid line, or None when the message does not start with an ``NVRM: Xid (...)``
+    header (or its code is past MAX_XID).
 
     Returns a dict with at least ``xid`` (int) and ``pci_bus_id`` (``DDDD:BB:DD.F`` or None when
     redacted/absent), ``pid`` (int or None for ``'<unknown>'``/absent), ``process`` (str or None),
@@ -108,7 +119,7 @@ def parse_xid(message: str) -> dict[str, Any] | None:
     ``registers``, ``caused_by_xid``, ``rpc_function``, ``rpc_function_name``, ``rpc_args``,
     ``rpc_timeout_s``, ``gsp``, ``recovery_from``/``recovery_to``.
     """
-    m = XID_RE.search(message)
+    m = XID_RE.match(message)
     if not m or not 0 <= int(m.group("xid")) <= MAX_XID:  # out of range: a mangled line (unparsed)
         return None
     out: dict[str, Any] = {"xid": int(m.group("xid"))}
@@ -247,7 +258,7 @@ def parse_fallen_off_bus(message: str) -> dict[str, Any] | None:
     ``NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.``
     """
     flat = re.sub(r"\s*\n\s*", " ", message)
-    m = FALLEN_RE.search(flat)
+    m = FALLEN_RE.match(flat)
     if not m:
         return None
     pci = m.group("pci") or m.group("pci2")
@@ -257,7 +268,7 @@ def parse_fallen_off_bus(message: str) -> dict[str, Any] | None:
 def parse_rate_limit(message: str) -> tuple[str, int] | None:
     """``NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 (printing 1 of every 30)``
     -> (pci_bus_id, 30): from then on the driver prints one GSP RPC error (Xid 119) in N."""
-    m = RATE_LIMIT_RE.search(message)
+    m = RATE_LIMIT_RE.match(message)
     if not m:
         return None
     pci = normalize_pci(m.group("pci"))
@@ -266,7 +277,7 @@ def parse_rate_limit(message: str) -> tuple[str, int] | None:
 
 def parse_gpu_at(message: str) -> tuple[str, str | None] | None:
     """``NVRM: GPU at PCI:0000:01:00: GPU-<uuid>`` -> (pci_bus_id, uuid or None when redacted)."""
-    m = GPU_AT_RE.search(message)
+    m = GPU_AT_RE.match(message)
     if not m:
         return None
     pci = normalize_pci(m.group("pci"))

@@ -94,7 +94,6 @@ def test_invalid_utf8_inside_an_xid_line(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("big", [
-    pytest.param(b"x" * (1 << 20) + b" " + XID79.encode(), id="Xid at the end of a 1 MB line"),
     pytest.param(b"[    1.000000] " + b"y" * (1 << 20) + b"\n[    2.000000] " + XID79.encode(), id="1 MB noise line, then Xid"),
     pytest.param(b"[    1.000000] start\n" + b"  " + b"z" * (3 << 20) + b"\n[    2.000000] " + XID79.encode(),
                  id="3 MB continuation line, then Xid"),
@@ -103,6 +102,15 @@ def test_huge_lines(tmp_path: Path, capsys, big: bytes) -> None:
     rc, events, _ = run(capsys, write(tmp_path / "huge.log", b"[    0.500000] boot\n" + big + b"\n"))
     assert rc == exitcodes.OK
     assert xids(events) == [(79, "0000:04:00.0", None)]
+
+
+def test_xid_text_at_the_end_of_a_1mb_line_is_unparsed_not_a_fault(tmp_path: Path, capsys) -> None:
+    # Not where a kernel message starts: another message quoting the text. Seen, never a fault.
+    rc, events, _ = run(capsys, write(tmp_path / "huge.log", b"[    0.500000] boot\n" + b"x" * (1 << 20) + b" "
+                                      + XID79.encode() + b"\n"))
+    assert rc == exitcodes.OK
+    assert xids(events) == []
+    assert [(e["kind"], e["attrs"]["family"]) for e in events] == [("unparsed", "xid")]
 
 
 def test_truncated_journalctl_line(tmp_path: Path, capsys) -> None:
@@ -355,3 +363,102 @@ def test_names_that_are_not_utf8(tmp_path: Path, capsys) -> None:
     e = json.loads(out)
     assert e["host"] == "node\\xff\\xfe" and e["attrs"]["origin"].endswith("node\\xff\\xfe/dmesg.log")
     assert cli.main(["analyze", str(tmp_path), "--out", str(tmp_path / "r")]) == exitcodes.OK
+
+
+# -- nothing vanishes silently: line ends, indentation, glued records, encodings -------------------
+
+X13 = "NVRM: Xid (PCI:0000:01:00): 13, pid={pid}, name=x, Graphics Exception"
+
+
+def kinds(events: list[dict]) -> list[tuple[str, int | None]]:
+    return [(e["kind"], e["xid"]) for e in events]
+
+
+def test_ten_xid_lines_indented_by_four_spaces_are_ten_events(tmp_path: Path, capsys) -> None:
+    text = "".join("    " + X13.format(pid=i) + "\n" for i in range(10))
+    rc, events, _ = run(capsys, write(tmp_path / "indented.log", text))
+    assert rc == exitcodes.OK
+    assert [e["pid"] for e in events if e["kind"] == "xid"] == list(range(10))
+
+
+def test_indented_stamped_lines_keep_their_stamps(tmp_path: Path, capsys) -> None:
+    text = "".join(f"    [{i}.5] " + X13.format(pid=i) + "\n" for i in range(3))
+    rc, events, _ = run(capsys, write(tmp_path / "indented.log", text))
+    assert (rc, [e["monotonic"] for e in events]) == (exitcodes.OK, [0.5, 1.5, 2.5])
+
+
+@pytest.mark.parametrize("end", ["\r", "\u2028", "\u2029", "\x85", "\r\n"], ids=["CR", "LS", "PS", "NEL", "CRLF"])
+def test_records_separated_by_any_line_end_are_all_read(tmp_path: Path, capsys, end: str) -> None:
+    text = end.join(f"[{i}.0] " + X13.format(pid=i) for i in range(1, 4)) + end
+    rc, events, _ = run(capsys, write(tmp_path / "ends.log", text))
+    assert (rc, [e["pid"] for e in events]) == (exitcodes.OK, [1, 2, 3])
+
+
+def test_a_second_record_glued_on_the_line_is_unparsed_not_lost(tmp_path: Path, capsys) -> None:
+    """Glued records are not split into faults (a file name can hold "[ 2.0] NVRM: Xid ..."): the
+    first is read where the line starts, the second counted as unparsed."""
+    text = "[1.0] " + X13.format(pid=1) + "[2.0] " + X13.format(pid=2) + "\n"
+    rc, events, _ = run(capsys, write(tmp_path / "glued.log", text))
+    assert (rc, kinds(events)) == (exitcodes.OK, [("xid", 13), ("unparsed", None)])
+    assert "glued" in events[1]["attrs"]["reason"]
+
+
+def test_a_kmsg_record_holding_two_xid_lines_counts_one_and_flags_the_other() -> None:
+    """The agent's record path: one /dev/kmsg record, a newline (``\\x0a``) inside its text. The
+    second line is no record of its own (the kernel prints a file name's newline the same way):
+    unparsed, counted, never silent; the first line's event does not carry the second's text."""
+    from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
+    from nodewarden.parsing.stream import KernelLogParser
+
+    parser = KernelLogParser(source="kmsg")
+    rec = parse_kmsg_record(f"3,7,1000,-;{X13.format(pid=1)}\\x0a{X13.format(pid=2)}\n", TimeContext())
+    events = parser.feed(rec)
+    assert [(e.kind, e.code, e.attrs.get("pid")) for e in events] == [("xid", 13, 1), ("unparsed", None, None)]
+    assert events[0].message == X13.format(pid=1) and parser.stats.unparsed == 1
+
+
+@pytest.mark.parametrize("codec, bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"), ("utf-16-le", b""),
+                                        ("utf-32-le", b"\xff\xfe\x00\x00"), ("utf-8", b"\xef\xbb\xbf")])
+@pytest.mark.parametrize("size", ["small", "streamed", "gzip"])
+def test_utf16_and_utf32_files_are_decoded(tmp_path: Path, capsys, codec: str, bom: bytes, size: str) -> None:
+    lines = [f"[{i}.0] " + X13.format(pid=i) for i in range(1, 3)]
+    if size == "streamed":  # past SMALL_FILE: read as a stream, not whole
+        lines = ["[0.1] noise line of a busy node"] * 50000 + lines
+    data = bom + ("\n".join(lines) + "\n").encode(codec)
+    path = tmp_path / "win.log"
+    if size == "gzip":
+        path.write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+    rc, events, _ = run(capsys, path)
+    assert (rc, [e["pid"] for e in events]) == (exitcodes.OK, [1, 2])
+
+
+def test_a_log_padded_with_nul_blocks_is_still_utf8(tmp_path: Path, capsys) -> None:
+    """After a crash a log often ends in blocks of NUL bytes: not taken for UTF-16."""
+    data = b"\x00" * 8192 + ("[1.0] " + X13.format(pid=1) + "\n").encode() + b"\x00" * 4096
+    rc, events, _ = run(capsys, write(tmp_path / "crash.log", data))
+    assert (rc, [e["pid"] for e in events]) == (exitcodes.OK, [1])
+
+
+@pytest.mark.parametrize("line", [
+    '{"ts": 1e20, "log": "%s"}', '{"ts": Infinity, "log": "%s"}',
+    '{"MESSAGE": "%s", "__REALTIME_TIMESTAMP": "18446744073709551615"}', '{"MESSAGE": "%s", "PRIORITY": "\u00b2"}',
+    '{"MESSAGE": "%s", "__MONOTONIC_TIMESTAMP": "' + "9" * 400 + '"}', "6," + "9" * 5000 + ",1,-;%s",
+    "6,1," + "9" * 400 + ",-;%s",
+])
+def test_one_bad_line_never_ends_the_run_nor_drops_the_file(tmp_path: Path, capsys, line: str) -> None:
+    text = f"[1.0] {X13.format(pid=1)}\n" + line.replace("%s", X13.format(pid=2)) + f"\n[3.0] {X13.format(pid=3)}\n"
+    path = write(tmp_path / "node01.log", text)
+    rc, events, _ = run(capsys, path)
+    assert (rc, [e["pid"] for e in events]) == (exitcodes.OK, [1, 2, 3])
+    assert cli.main(["analyze", str(path), "--no-cache", "--out", str(tmp_path / "r")]) == exitcodes.OK
+
+
+@pytest.mark.parametrize("unit, value", [("ms", 1733045125123), ("us", 1733045125123456), ("ns", 1733045125123456789)])
+def test_json_exports_with_epoch_stamps_in_ms_us_ns_are_read_right(tmp_path: Path, capsys, unit: str, value: int) -> None:
+    line = json.dumps({"timestamp": value, "log": "kernel: " + X13.format(pid=1)})
+    rc, events, _ = run(capsys, write(tmp_path / "export.jsonl", line + "\n"))
+    assert [(e["kind"], e["pid"]) for e in events] == [("xid", 1)]
+    assert (rc, [e["time"] for e in events]) == (exitcodes.OK, ["2024-12-01T09:25:25.123000Z" if unit == "ms" else
+                                                                 "2024-12-01T09:25:25.123456Z"])
