@@ -44,6 +44,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -104,14 +105,46 @@ class AgentState:
         pos = None
         if k is not None:
             try:
-                pos = KmsgPosition(boot_id=k.get("boot_id"), seq=int(k["seq"]),
-                                   held=tuple(int(s) for s in k.get("held") or ()))
+                pos = KmsgPosition(boot_id=k.get("boot_id"), seq=_seq(k["seq"]),
+                                   held=tuple(_seq(s) for s in k.get("held") or ()))
+                if pos.boot_id is not None and not isinstance(pos.boot_id, str):
+                    raise ValueError("boot_id is not text")
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise ValueError(f"bad kmsg cursor {k!r}") from e
         counters = d.get("counters") or []
         if not isinstance(counters, list):
             raise ValueError("counters is not a list")
+        for c in counters:
+            _check_series(c)
         return cls(kmsg=pos, counters=counters)
+
+
+SEQ_MAX = (1 << 64) - 1  # /dev/kmsg sequence numbers are u64
+
+
+def _seq(v: Any) -> int:
+    """A kmsg sequence number from state.json: an integer 0..2**64-1 (no bool, no float)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= SEQ_MAX:
+        raise ValueError(f"sequence number {v!r} is not an integer 0..2**64-1")
+    return v
+
+
+def _check_series(c: Any) -> None:
+    """A persisted counter series: ``name`` text, ``labels`` text to text, ``value`` a finite
+    number >= 0 (a counter never goes below 0; ``1e400``, NaN and infinities are no count).
+    Raises ValueError."""
+    if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+        raise ValueError(f"counter {c!r} is not an object with a name")
+    labels = c.get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ValueError(f"counter {c['name']}: labels are not text")
+    v = c.get("value")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"counter {c['name']}: value {v!r} is not a finite number >= 0")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number state.json may hold")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,8 +224,8 @@ def load_state(state_dir: Path) -> AgentState:
     except FileNotFoundError:
         return AgentState()
     try:
-        return AgentState.from_dict(json.loads(data))
-    except ValueError as e:  # json.JSONDecodeError is a ValueError
+        return AgentState.from_dict(json.loads(data, parse_constant=_no_constant))
+    except (ValueError, RecursionError) as e:  # json.JSONDecodeError is a ValueError
         log.error("%s: unreadable state (%s); starting from empty counters", path, e)
         try:
             os.replace(path, path.with_name(STATE_FILE + ".corrupt"))

@@ -144,6 +144,44 @@ def test_corrupt_state_is_set_aside(tmp_path: Path) -> None:
     assert (tmp_path / "state.json.corrupt").read_text() == "{not json"
 
 
+GOOD_SERIES = '{"name": "nodewarden_mce_events_total", "labels": {"type": "corrected"}, "value": %s}'
+
+
+@pytest.mark.parametrize("text", [
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "1e400"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "NaN"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "Infinity"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "-Infinity"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "-3"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "true"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % '"3"'),
+    '{"format": 1, "kmsg": null, "counters": [{"name": 7, "value": 1}]}',
+    '{"format": 1, "kmsg": null, "counters": ["x"]}',
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": -5}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 1e400}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 2.5}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": true}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": "12"}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 18446744073709551616}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 3, "held": [-1]}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": 5, "seq": 3}, "counters": []}',
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 3}, "counters": []' % BOOT,  # truncated
+    '',  # truncated to nothing
+    pytest.param('[' * 100_000, id="too-deep"),  # too deep for the parser
+])
+def test_a_state_with_bogus_numbers_is_set_aside_and_nothing_is_counted_from_it(tmp_path: Path, text: str) -> None:
+    (tmp_path / "state.json").write_text(text)
+    assert st.load_state(tmp_path) == st.AgentState()
+    assert (tmp_path / "state.json.corrupt").read_text() == text
+    assert not (tmp_path / "state.json").exists()
+    buf = Buffer()
+    buf.log(XID48, NOISE)
+    (tmp_path / "state.json").write_text(text)
+    f = start(tmp_path, buf)  # no crash, no bogus "lost" count, the buffer counted once
+    assert xid48(f) == 1 and f.counters.get(ex.LOST) == 0 and mces(f) == 0
+    assert st.load_state(tmp_path).kmsg == st.KmsgPosition(BOOT, 1)
+
+
 def test_prepare_state_dir(tmp_path: Path) -> None:
     assert st.prepare_state_dir(tmp_path / "a" / "b").is_dir()
     (tmp_path / "file").write_text("")
