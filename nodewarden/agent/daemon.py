@@ -15,8 +15,9 @@ Configuration: :mod:`nodewarden.agent.config` (TOML file and flags, flags winnin
 Failure behaviour:
 
 * A bad configuration file, ``--listen`` malformed or not bindable, ``--state-dir`` not a
-  directory / not creatable / not readable: a message naming the file and key or the option on
-  stderr, exit code 2.
+  directory / not creatable / not readable, or in use by another agent (its ``agent.lock``
+  held, :func:`nodewarden.agent.state.lock_state_dir`): a message naming the file and key or
+  the option on stderr, exit code 2.
 * ``/dev/kmsg`` cannot be opened (no CAP_SYSLOG while ``kernel.dmesg_restrict=1``) or fails
   while reading: logged, ``nodewarden_collector_success{collector="kernel_log"} 0``, retried every
   :data:`KMSG_RETRY_S` seconds; ``/metrics`` and ``/healthz`` keep answering.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -231,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"{opt('--listen', 'listen')}: {e}")
     try:
         state_dir = st.prepare_state_dir(cfg.state_dir)
+        lock_fd = st.lock_state_dir(state_dir)  # held until the process exits
         saved = st.load_state(state_dir)
     except st.StateDirError as e:
         return _usage(f"{opt('--state-dir', 'state_dir')}: {e}")
@@ -305,4 +308,5 @@ def run(args: argparse.Namespace) -> int:
         server.shutdown()
         server.server_close()
     log.info("stopped")
+    os.close(lock_fd)
     return exitcodes.OK

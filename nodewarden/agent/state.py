@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import errno
+import fcntl
 import json
 import logging
 import math
@@ -175,6 +177,60 @@ def prepare_state_dir(path: str | os.PathLike[str]) -> Path:
     except OSError as e:
         raise StateDirError(f"{p}: cannot read: {e.strerror or e}") from e
     return p
+
+
+LOCK_FILE = "agent.lock"
+
+
+class StateDirBusy(StateDirError):
+    """Another process holds the state directory's lock (a second agent on the same directory)."""
+
+
+def lock_state_dir(state_dir: Path) -> int:
+    """Take the state directory's lock for the life of the process: ``fcntl.flock`` (exclusive,
+    not waiting) on ``<state_dir>/agent.lock``, which then holds this process's pid. Returns the
+    file descriptor (close it, or exit, to release; it is not inherited by children).
+
+    Two agents on one directory would journal every event twice and overwrite each other's
+    ``state.json``: the second one gets StateDirBusy naming the holder's pid. A read-only
+    directory where the lock file cannot be created is locked through the directory itself, so
+    two agents there exclude each other too. Raises StateDirError when neither can be opened.
+    """
+    path = state_dir / LOCK_FILE
+    writable = True
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+    except OSError:
+        writable = False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            try:
+                fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as e:
+                raise StateDirError(f"{state_dir}: cannot open {LOCK_FILE}: {e.strerror or e}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = ""
+        try:
+            pid = path.read_text().strip()
+            if pid.isdigit():
+                holder = f" (pid {pid})"
+        except OSError:
+            pass
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise StateDirBusy(f"{state_dir}: in use by another nodewarden agent{holder}: "
+                               f"{LOCK_FILE} is locked; one agent per state directory") from None
+        raise StateDirError(f"{state_dir}: cannot lock {LOCK_FILE}: {e.strerror or e}") from e
+    if writable:
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
+    return fd
 
 
 def write_atomic(path: Path, data: bytes) -> None:
