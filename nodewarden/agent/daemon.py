@@ -63,8 +63,9 @@ class Agent:
     """The kernel-log side of the agent: owns the reader and follower, saves ``state.json``,
     reports health.
 
-    ``position`` and ``journaled`` come from ``state.json`` and the journal (see
-    :mod:`nodewarden.agent.state`); the counters are already loaded with the saved values.
+    ``position`` comes from ``state.json``; the counters are already loaded with its values;
+    the follower counts the journal's events past it at catch-up (see
+    :mod:`nodewarden.agent.state`). ``journaled``: keys of events not to count again (none at start).
     ``observer``: the flash-cut detector's :meth:`~nodewarden.agent.poller.FlashCuts.observe_events`.
     """
 
@@ -157,7 +158,8 @@ class Agent:
         """What a scrape renders: the counters, with the state directory's gauges refreshed."""
         self.counters.set(ex.STATE_ERRORS, (), float(self.store.write_errors))
         self.counters.set(ex.JOURNAL_BYTES, (), float(self.store.journal_bytes))
-        self.counters.set(ex.JOURNAL_DROPPED, (), float(self.store.journal_dropped))
+        for reason, n in self.store.journal_dropped.items():
+            self.counters.set(ex.JOURNAL_DROPPED, (reason,), float(n))
         return self.counters.snapshot()
 
     def _kmsg_failed(self, msg: str, first: bool) -> None:
@@ -241,7 +243,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"{opt('--state-dir', 'state_dir')}: {cfg.state_dir}: cannot read {st.STATE_FILE}: "
                       f"{e.strerror or e}")
 
-    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days)
+    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days,
+                          max_day_bytes=cfg.journal_max_day_bytes, source_burst=cfg.journal_source_burst,
+                          source_rate=cfg.journal_source_rate_per_second)
     if store.probe():
         st.remove_temp_files(state_dir)
     store.prune_journal()
@@ -249,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     counters.load_json(saved.counters)
     detector = load_detector(cfg.flash_cut_max_seconds)
     flash = FlashCuts(detector, counters, host=host) if detector is not None else None
-    agent = Agent(cfg, counters, store, saved.kmsg, st.journaled_keys(state_dir, saved.kmsg), host,
+    agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host,
                   observer=flash.observe_events if flash is not None else None)
     collectors = build_collectors([c for c in cfg.enabled_collectors if c != ex.KERNEL_LOG], cfg.sysfs, host)
     if collectors:
