@@ -443,9 +443,11 @@ def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
     boot's when ``pos`` is None or of another boot (``state.json`` deleted, truncated, set aside).
     Oldest first, each once (a key, :func:`event_key`, seen twice is one event).
 
-    Each file dated from the day before boot on is read backwards from its end, as far as the
-    first record of this boot that ``pos`` counts: events are journaled in cursor order, so
-    everything before it is counted too (a held record is in ``pos.held``). No size limit: a
+    Files dated from the day before boot on are read newest first, each backwards from its end
+    as far as the first record of this boot that ``pos`` counts: events are journaled in cursor
+    order, so everything before it is counted too (a held record is in ``pos.held``). After the
+    first file that reaches such a record, one older file is read (a held record journaled under
+    its own, earlier, date) and no more. No size limit: a
     10,000-record batch cut by a crash is read whole. With ``boot_id`` None (boot id unknown)
     only the part past a cursor of the same unknown boot, dated from ``boot_time`` on, is taken
     (with no such cursor: nothing, a boot's records cannot be told from another's). Never raises: an unreadable file is
@@ -460,9 +462,14 @@ def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
     needle = boot_id.encode() if boot_id else b'"seq"'
     found: dict[tuple[Any, ...], FaultEvent] = {}
     order: list[tuple[int, tuple[Any, ...]]] = []
+    files_since_stop = None  # files read after the first one that reached a counted record
     for day, path, _ in reversed(journal_files(state_dir)):
         if first_day is not None and day < first_day:
             break
+        if files_since_stop is not None:
+            if files_since_stop >= 1:
+                break  # a held record journaled by its own (earlier) date is in the next older file at most
+            files_since_stop += 1
         try:
             with open(path, "rb") as f:
                 for line in _lines_backward(f):
@@ -475,6 +482,8 @@ def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
                         if attrs.get("boot_id") != boot_id or isinstance(seq, bool) or not isinstance(seq, int):
                             continue
                         if same is not None and seq <= same.seq and seq not in held:
+                            if files_since_stop is None:
+                                files_since_stop = 0
                             break  # counted, and so is everything before it in this file
                         e = FaultEvent.from_dict(d)
                     except (ValueError, TypeError, AttributeError, KeyError):

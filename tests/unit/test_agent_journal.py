@@ -273,3 +273,37 @@ def test_analysis_counts_a_journal_record_once_per_host_boot_and_seq(tmp_path: P
     assert stats.journal_duplicates == 2 + 5  # two in the file, its five lines in the copy
     one, stats1 = ingest([str(path)])
     assert len(list(one)) == 3 and stats1.journal_duplicates == 2  # within one file too
+
+
+def test_journal_tail_stops_one_file_past_the_cursor(tmp_path: Path) -> None:
+    """A long uptime has many day files: the restart reads the newest ones only, back to the
+    cursor and one file more, never the whole history."""
+    import datetime as dt
+    from nodewarden.events import FaultEvent
+    days = [dt.datetime(2026, 11, d, 12, tzinfo=dt.timezone.utc) for d in (26, 27, 28, 29)]
+    store = st.StateStore(tmp_path)
+
+    def mce(t: dt.datetime, seq: int) -> FaultEvent:
+        return FaultEvent(kind="mce", message="m", raw="r", time=t, device="cpu0/bank7",
+                          attrs={"seq": seq, "boot_id": BOOT})
+
+    for i, t in enumerate(days):
+        store.journal([mce(t, s) for s in range(3 * i, 3 * i + 3) if s != 7])
+    # seq 7 was held (an MCE waiting for its last line) when state.json was written at seq 10;
+    # completed later, it was journaled under its own date, the 28th, after seq 8
+    store.journal([mce(days[2], 7)])
+    opened: list[str] = []
+    real_open = open
+
+    def spy(path, *a, **k):  # noqa: ANN001
+        opened.append(Path(path).name)
+        return real_open(path, *a, **k)
+
+    import builtins
+    builtins.open, saved = spy, builtins.open
+    try:
+        tail = st.journal_tail(tmp_path, BOOT, st.KmsgPosition(BOOT, 10, (7,)))
+    finally:
+        builtins.open = saved
+    assert [e.attrs["seq"] for e in tail] == [7, 11]
+    assert opened == ["events-2026-11-29.jsonl", "events-2026-11-28.jsonl"]
