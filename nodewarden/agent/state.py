@@ -501,14 +501,6 @@ def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
     return [found[k] for _, k in order]
 
 
-def journaled_keys(state_dir: Path, pos: KmsgPosition | None) -> frozenset[tuple[Any, ...]]:
-    """Keys (:func:`event_key`) of the journaled events of ``pos``'s boot that ``pos`` does not
-    count (:func:`journal_tail`)."""
-    if pos is None:
-        return frozenset()
-    return frozenset(k for k in map(event_key, journal_tail(state_dir, pos.boot_id, pos)) if k is not None)
-
-
 # ---------------------------------------------------------------------------------------------
 # The store: writes that may fail without stopping the agent
 
