@@ -174,29 +174,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def agent_config(tmp_path: Path, state: Path) -> Path:
+def agent_config(tmp_path: Path, state: Path) -> tuple[Path, int]:
+    port = free_port()
     p = tmp_path / "agent.toml"
-    p.write_text(f'listen = "127.0.0.1:{free_port()}"\nstate_dir = "{state}"\nhostname = "n1"\n'
+    p.write_text(f'listen = "127.0.0.1:{port}"\nstate_dir = "{state}"\nhostname = "n1"\n'
                  "[collectors]\nkernel_log = false\nnvml = false\ninfiniband = false\nedac = false\n"
                  "pcie = false\nnetclass = false\n[validator]\nenabled = false\n")
-    return p
+    return p, port
+
+
+def start_real_agent(cfg: tuple[Path, int], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``python -m nodewarden agent --config CFG``, returned once /healthz answers (the signal
+    handlers are installed by then: SIGTERM is a clean stop)."""
+    import urllib.request
+    proc = subprocess.Popen([sys.executable, "-m", "nodewarden", "agent", "--config", str(cfg[0])], cwd=REPO,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{cfg[1]}/healthz", timeout=1):
+                return proc
+        except OSError:
+            assert time.monotonic() < deadline, "the agent did not start"
+            time.sleep(0.05)
 
 
 def test_a_second_agent_on_the_same_state_directory_exits_2(tmp_path: Path) -> None:
     state = tmp_path / "state"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [sys.executable, "-m", "nodewarden", "agent"]
-    first = subprocess.Popen(cmd + ["--config", str(agent_config(tmp_path, state))], cwd=REPO, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = start_real_agent(agent_config(tmp_path, state), env)
     try:
-        deadline = time.monotonic() + 20
-        lock = state / st.LOCK_FILE
-        while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
-            assert first.poll() is None, first.stderr.read().decode()
-            assert time.monotonic() < deadline, "the first agent did not take the lock"
-            time.sleep(0.05)
+        assert (state / st.LOCK_FILE).read_text().strip() == str(first.pid)
         (tmp_path / "second").mkdir()
-        second = subprocess.run(cmd + ["--config", str(agent_config(tmp_path / "second", state))], cwd=REPO,
+        second = subprocess.run([sys.executable, "-m", "nodewarden", "agent", "--config",
+                                 str(agent_config(tmp_path / "second", state)[0])], cwd=REPO,
                                 env=env, capture_output=True, timeout=30)
         assert second.returncode == 2
         msg = second.stderr.decode()
@@ -205,15 +217,9 @@ def test_a_second_agent_on_the_same_state_directory_exits_2(tmp_path: Path) -> N
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=20) == 0
-    # released at exit: the next agent starts
-    third = subprocess.Popen(cmd + ["--config", str(agent_config(tmp_path, state))], cwd=REPO, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    third = start_real_agent(agent_config(tmp_path, state), env)  # released at exit: the next one starts
     try:
-        deadline = time.monotonic() + 20
-        while (state / st.LOCK_FILE).read_text().strip() != str(third.pid):
-            assert third.poll() is None, third.stderr.read().decode()
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        assert (state / st.LOCK_FILE).read_text().strip() == str(third.pid)
     finally:
         third.send_signal(signal.SIGTERM)
         assert third.wait(timeout=20) == 0
