@@ -313,3 +313,17 @@ def test_journal_tail_stops_one_file_past_the_cursor(tmp_path: Path) -> None:
         builtins.open = saved
     assert [e.attrs["seq"] for e in tail] == [7, 11]
     assert opened == ["events-2026-11-29.jsonl", "events-2026-11-28.jsonl"]
+
+
+def test_events_prints_a_doubly_journaled_record_once(tmp_path: Path, capsys) -> None:
+    """Two agents on one state directory used to double every count of `events`/`analyze`."""
+    from nodewarden.cli import main
+    buf = Buffer()
+    buf.log(XID48, EDAC3)
+    start(tmp_path, buf)
+    path = next(tmp_path.glob("events-*.jsonl"))
+    path.write_text(path.read_text() * 2)  # every record journaled twice
+    assert main(["events", "--stats", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["kind"] for line in out.splitlines()] == ["xid", "cpu_ecc"]
+    assert json.loads(err.strip().splitlines()[-1])["journal_duplicates"] == 2
