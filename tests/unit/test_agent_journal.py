@@ -327,3 +327,45 @@ def test_events_prints_a_doubly_journaled_record_once(tmp_path: Path, capsys) ->
     out, err = capsys.readouterr()
     assert [json.loads(line)["kind"] for line in out.splitlines()] == ["xid", "cpu_ecc"]
     assert json.loads(err.strip().splitlines()[-1])["journal_duplicates"] == 2
+
+
+def test_a_flash_cut_journaled_before_the_crash_is_counted_once_and_not_journaled_again(tmp_path: Path) -> None:
+    """The link down/up pair past the cursor is counted from the journal and shown to the
+    flash-cut detector; the cut it derives is counted, and not journaled a second time."""
+    from nodewarden.agent.exporter import Counters
+    from nodewarden.agent.flashcut import FlashCutDetector
+    from nodewarden.agent.follower import KmsgFollower
+    from nodewarden.agent.poller import FlashCuts
+    from test_agent_state import BOOT_TIME
+
+    def run(buf: Buffer, crash: bool = False) -> KmsgFollower:
+        saved = st.load_state(tmp_path)
+        counters = Counters()
+        counters.load_json(saved.counters)
+        store = st.StateStore(tmp_path)
+        if crash:
+            store.save = lambda state: os.kill(os.getpid(), signal.SIGKILL)  # type: ignore[method-assign]
+        flash = FlashCuts(FlashCutDetector(max_seconds=60), counters, host="node01")
+        f = KmsgFollower(buf.reader(), counters, store, host="node01", gpu_of=lambda pci: "", boot_time=BOOT_TIME,
+                         position=saved.kmsg, clock=lambda: 1.0, observer=flash.observe_events)
+        f.catch_up()
+        return f
+
+    buf = Buffer()
+    buf.log(NOISE)
+    run(buf)
+    buf.log("mlx5_core 0000:53:00.0 mlx5_0: Port: 1 Link DOWN", "mlx5_core 0000:53:00.0 mlx5_0: Port: 1 Link ACTIVE")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover
+        try:
+            run(buf, crash=True)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    kinds = sorted(e["kind"] for e in journal(tmp_path))
+    assert kinds == ["ib_flash_cut", "ib_link_down", "ib_link_up"]
+    g = run(buf)
+    assert g.counters.get(ex.FLASH_CUTS, ("mlx5_0", "1")) == 1
+    assert g.counters.get(ex.IB_LINK, ("mlx5_0", "1", "DOWN")) == 1
+    assert sorted(e["kind"] for e in journal(tmp_path)) == kinds
