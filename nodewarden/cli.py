@@ -231,7 +231,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     if args.stats:
         print(json.dumps({"files": stats.files, "candidate_records": stats.records, "events": stats.events,
                           "unparsed": stats.unparsed, "copies_dropped": stats.copies_dropped,
-                          "errors": len(stats.errors)}), file=sys.stderr)
+                          "journal_duplicates": stats.journal_duplicates, "errors": len(stats.errors)}), file=sys.stderr)
     return exitcodes.INCOMPLETE if stats.errors else exitcodes.OK
 
 

@@ -28,8 +28,11 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     max_seconds = 60                     # a port back within this long had a flash cut
 
     [journal]
-    max_bytes = 268435456                # event journal bound, all files (256 MiB)
-    max_age_days = 400                   # journal files older than this are deleted
+    max_bytes = 268435456                # all journal files (256 MiB): past it, new records dropped
+    max_day_bytes = 16777216             # one day's file (16 MiB): past it, that day's records dropped
+    max_age_days = 400                   # journal files older than this are deleted (only age deletes)
+    source_burst = 1000                  # records one (kind, device) may journal at once ...
+    source_rate_per_second = 1           # ... and then per second (token bucket)
 
     [validator]                          # the weekly `nodewarden validate` run
     enabled = true
@@ -38,15 +41,21 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     args = ["--profile", "auto"]         # added to: validate --json <state_dir>/validate.json --no-progress
     timeout_seconds = 3600
 
-A file that is not TOML, an unknown key or table, a value of the wrong type, or a number out of
-range is a :class:`ConfigError` naming the file and the key (``agent.toml: journal.max_bytes:
-expected an integer``): the agent exits 2 at start, before doing anything.
+A file that is not TOML, an unknown key or table, a value of the wrong type, a number out of
+its range (below), or a NUL character in a string is a :class:`ConfigError` naming the file and
+the key (``agent.toml: journal.max_bytes: expected an integer``), or the flag
+(``--poll-interval``): the agent exits 2 at start, before doing anything. A boolean is no
+number; NaN and infinities are out of every range.
+
+Numeric settings (key, type, range, unit; :data:`RANGES`, the table the checks use)::
+
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -88,7 +97,10 @@ class AgentConfig:
     accept_injected: bool = False
     flash_cut_max_seconds: float = 60.0
     journal_max_bytes: int = 256 << 20
+    journal_max_day_bytes: int = 16 << 20
     journal_max_age_days: float = 400.0
+    journal_source_burst: int = 1000
+    journal_source_rate_per_second: float = 1.0
     validator: ValidatorConfig = ValidatorConfig()
     source: str | None = None
 
@@ -116,6 +128,8 @@ def _string(v: Any) -> str:
 def _nonempty(v: Any) -> str:
     if not isinstance(v, str) or not v:
         raise _Bad("expected a non-empty string")
+    if "\0" in v:
+        raise _Bad("contains a NUL character")
     return v
 
 
@@ -125,29 +139,71 @@ def _boolean(v: Any) -> bool:
     return v
 
 
-def _integer(minimum: int) -> Callable[[Any], int]:
-    def check(v: Any) -> int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise _Bad("expected an integer")
-        if v < minimum:
-            raise _Bad(f"expected an integer >= {minimum}, got {v}")
-        return v
-    return check
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """One numeric setting: its key (``table.key`` or a top-level key), ``int`` or ``float``,
+    the smallest and largest value accepted (both included), its unit, and why the bounds."""
+
+    key: str
+    type: type
+    min: float
+    max: float
+    unit: str
+    why: str
 
 
-def _number(positive: bool = True) -> Callable[[Any], float]:
-    """A number (integer or float, not a boolean); > 0 with ``positive``, else >= 0."""
-    def check(v: Any) -> float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _Bad("expected a number")
-        if v != v or v in (float("inf"), float("-inf")):
-            raise _Bad("expected a finite number")
-        if positive and v <= 0:
-            raise _Bad(f"expected a number > 0, got {v}")
-        if not positive and v < 0:
-            raise _Bad(f"expected a number >= 0, got {v}")
-        return float(v)
-    return check
+# The one table of numeric settings: checked at start (file and flags), and rendered into this
+# module's documentation (:func:`ranges_doc`). Bounds keep every later computation finite and
+# every thread alive: a day count that overflows a date, an interval that overflows a timer
+# or spins a core, a byte bound that cannot hold one day of records.
+RANGES: tuple[Range, ...] = (
+    Range("poll_interval_seconds", float, 0.1, 86400.0, "s", "below 0.1 s the pollers spin; above a day they never poll"),
+    Range("collector_timeout_seconds", float, 0.1, 3600.0, "s", "a collect() call is abandoned after this"),
+    Range("flash_cut.max_seconds", float, 1.0, 86400.0, "s", "a down/up pair within this is a flash cut"),
+    Range("journal.max_bytes", int, 1 << 20, 1 << 40, "bytes", "all journal files; when reached, new records are dropped"),
+    Range("journal.max_day_bytes", int, 64 << 10, 1 << 40, "bytes", "one day's journal file; a storm stops here"),
+    Range("journal.max_age_days", float, 1.0, 3660.0, "days", "files older than this are deleted (ten years at most)"),
+    Range("journal.source_burst", int, 1, 10 ** 9, "records", "records of one (kind, device) journaled at once"),
+    Range("journal.source_rate_per_second", float, 0.001, 1e6, "records/s", "the steady rate per (kind, device)"),
+    Range("validator.interval_days", float, 1 / 24, 366.0, "days", "one hour to a year between runs"),
+    Range("validator.jitter_hours", float, 0.0, 8784.0, "h", "per-host offset into each interval"),
+    Range("validator.timeout_seconds", float, 1.0, 7 * 86400.0, "s", "a run is terminated after this"),
+)
+RANGE_BY_KEY: dict[str, Range] = {r.key: r for r in RANGES}
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, int) or (float(v).is_integer() and abs(v) < 1e15):
+        return str(int(v))
+    return f"{v:.6g}"
+
+
+def check_number(key: str, v: Any) -> int | float:
+    """``v`` checked against the range of ``key`` (:data:`RANGES`): an ``int`` setting takes an
+    integer, a ``float`` one an integer or a finite float; a boolean is no number. Returns the
+    value (float for a float setting). Raises _Bad("expected ...")."""
+    r = RANGE_BY_KEY[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad("expected an integer" if r.type is int else "expected a number")
+    if r.type is int and not isinstance(v, int):
+        raise _Bad("expected an integer")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise _Bad("expected a finite number")
+    if not r.min <= v <= r.max:
+        what = "an integer" if r.type is int else "a number"
+        raise _Bad(f"expected {what} from {_fmt(r.min)} to {_fmt(r.max)} ({r.unit}), got {_fmt(v)}")
+    return v if r.type is int else float(v)
+
+
+def _ranged(key: str) -> Callable[[Any], Any]:
+    return lambda v: check_number(key, v)
+
+
+def ranges_doc() -> str:
+    """The ranges table as text (one line per numeric key), as this module's doc shows it."""
+    w = max(len(r.key) for r in RANGES)
+    return "\n".join(f"    {r.key:<{w}}  {r.type.__name__:<5}  {_fmt(r.min)} .. {_fmt(r.max)} {r.unit}: {r.why}"
+                     for r in RANGES)
 
 
 def _log_level(v: Any) -> str:
@@ -174,16 +230,19 @@ def _string_list(v: Any) -> tuple[str, ...]:
 
 TOP: dict[str, Callable[[Any], Any]] = {
     "listen": _listen, "state_dir": _nonempty, "hostname": _nonempty, "log_level": _log_level,
-    "poll_interval_seconds": _number(), "collector_timeout_seconds": _number(),
+    "poll_interval_seconds": _ranged("poll_interval_seconds"),
+    "collector_timeout_seconds": _ranged("collector_timeout_seconds"),
     "sysfs": _nonempty, "procfs": _nonempty,
 }
 TABLES: dict[str, dict[str, Callable[[Any], Any]]] = {
     "collectors": {c: _boolean for c in COLLECTORS},
     "kernel_log": {"accept_injected": _boolean},
-    "flash_cut": {"max_seconds": _number()},
-    "journal": {"max_bytes": _integer(1), "max_age_days": _number()},
-    "validator": {"enabled": _boolean, "interval_days": _number(), "jitter_hours": _number(positive=False),
-                  "args": _string_list, "timeout_seconds": _number()},
+    "flash_cut": {"max_seconds": _ranged("flash_cut.max_seconds")},
+    "journal": {k: _ranged(f"journal.{k}") for k in ("max_bytes", "max_day_bytes", "max_age_days",
+                                                     "source_burst", "source_rate_per_second")},
+    "validator": {"enabled": _boolean, "interval_days": _ranged("validator.interval_days"),
+                  "jitter_hours": _ranged("validator.jitter_hours"), "args": _string_list,
+                  "timeout_seconds": _ranged("validator.timeout_seconds")},
 }
 
 
@@ -223,11 +282,8 @@ def parse(doc: dict[str, Any], name: str, base: AgentConfig | None = None) -> Ag
         changes["accept_injected"] = tables["kernel_log"]["accept_injected"]
     if "max_seconds" in tables.get("flash_cut", {}):
         changes["flash_cut_max_seconds"] = tables["flash_cut"]["max_seconds"]
-    j = tables.get("journal", {})
-    if "max_bytes" in j:
-        changes["journal_max_bytes"] = j["max_bytes"]
-    if "max_age_days" in j:
-        changes["journal_max_age_days"] = j["max_age_days"]
+    for k, v in tables.get("journal", {}).items():
+        changes[f"journal_{k}"] = v
     if "validator" in tables:
         changes["validator"] = dataclasses.replace(cfg.validator, **tables["validator"])
     return dataclasses.replace(cfg, **changes)
@@ -264,14 +320,26 @@ def resolve(args: argparse.Namespace, default_path: str = DEFAULT_PATH) -> Agent
     for attr in ("listen", "state_dir", "hostname", "log_level", "sysfs", "procfs", "kmsg", "boot_id_path"):
         v = getattr(args, attr, None)
         if v is not None:
-            flags[attr] = v
+            check = TOP.get(attr, _nonempty)
+            try:
+                flags[attr] = check(v)
+            except _Bad as e:
+                raise ConfigError(f"--{attr.replace('_', '-')}: {e}") from None
     poll = getattr(args, "poll_interval", None)
     if poll is not None:
-        if not poll > 0:
-            raise ConfigError(f"--poll-interval: expected a number > 0, got {poll}")
-        flags["poll_interval_seconds"] = float(poll)
+        try:
+            flags["poll_interval_seconds"] = check_number("poll_interval_seconds", poll)
+        except _Bad as e:
+            raise ConfigError(f"--poll-interval: {e}") from None
     if getattr(args, "accept_injected", False):
         flags["accept_injected"] = True
     if getattr(args, "no_validator", False):
         flags["validator"] = dataclasses.replace(cfg.validator, enabled=False)
     return dataclasses.replace(cfg, **flags)
+
+
+__doc__ = (__doc__ or "") + ranges_doc() + "\n"
+
+
+if __name__ == "__main__":  # the ranges block of deploy/config/nodewarden-agent.toml
+    print("\n".join("#" + line[3:] for line in ranges_doc().splitlines()))

@@ -15,8 +15,9 @@ Configuration: :mod:`nodewarden.agent.config` (TOML file and flags, flags winnin
 Failure behaviour:
 
 * A bad configuration file, ``--listen`` malformed or not bindable, ``--state-dir`` not a
-  directory / not creatable / not readable: a message naming the file and key or the option on
-  stderr, exit code 2.
+  directory / not creatable / not readable, or in use by another agent (its ``agent.lock``
+  held, :func:`nodewarden.agent.state.lock_state_dir`): a message naming the file and key or
+  the option on stderr, exit code 2.
 * ``/dev/kmsg`` cannot be opened (no CAP_SYSLOG while ``kernel.dmesg_restrict=1``) or fails
   while reading: logged, ``nodewarden_collector_success{collector="kernel_log"} 0``, retried every
   :data:`KMSG_RETRY_S` seconds; ``/metrics`` and ``/healthz`` keep answering.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import sys
@@ -61,8 +63,9 @@ class Agent:
     """The kernel-log side of the agent: owns the reader and follower, saves ``state.json``,
     reports health.
 
-    ``position`` and ``journaled`` come from ``state.json`` and the journal (see
-    :mod:`nodewarden.agent.state`); the counters are already loaded with the saved values.
+    ``position`` comes from ``state.json``; the counters are already loaded with its values;
+    the follower counts the journal's events past it at catch-up (see
+    :mod:`nodewarden.agent.state`). ``journaled``: keys of events not to count again (none at start).
     ``observer``: the flash-cut detector's :meth:`~nodewarden.agent.poller.FlashCuts.observe_events`.
     """
 
@@ -156,7 +159,8 @@ class Agent:
         """What a scrape renders: the counters, with the state directory's gauges refreshed."""
         self.counters.set(ex.STATE_ERRORS, (), float(self.store.write_errors))
         self.counters.set(ex.JOURNAL_BYTES, (), float(self.store.journal_bytes))
-        self.counters.set(ex.JOURNAL_DROPPED, (), float(self.store.journal_dropped))
+        for reason, n in self.store.journal_dropped.items():
+            self.counters.set(ex.JOURNAL_DROPPED, (reason,), float(n))
         return self.counters.snapshot()
 
     def _kmsg_failed(self, msg: str, first: bool) -> None:
@@ -232,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"{opt('--listen', 'listen')}: {e}")
     try:
         state_dir = st.prepare_state_dir(cfg.state_dir)
+        lock_fd = st.lock_state_dir(state_dir)  # held until the process exits
         saved = st.load_state(state_dir)
     except st.StateDirError as e:
         return _usage(f"{opt('--state-dir', 'state_dir')}: {e}")
@@ -239,7 +244,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"{opt('--state-dir', 'state_dir')}: {cfg.state_dir}: cannot read {st.STATE_FILE}: "
                       f"{e.strerror or e}")
 
-    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days)
+    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days,
+                          max_day_bytes=cfg.journal_max_day_bytes, source_burst=cfg.journal_source_burst,
+                          source_rate=cfg.journal_source_rate_per_second)
     if store.probe():
         st.remove_temp_files(state_dir)
     store.prune_journal()
@@ -247,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     counters.load_json(saved.counters)
     detector = load_detector(cfg.flash_cut_max_seconds)
     flash = FlashCuts(detector, counters, host=host) if detector is not None else None
-    agent = Agent(cfg, counters, store, saved.kmsg, st.journaled_keys(state_dir, saved.kmsg), host,
+    agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host,
                   observer=flash.observe_events if flash is not None else None)
     collectors = build_collectors([c for c in cfg.enabled_collectors if c != ex.KERNEL_LOG], cfg.sysfs, host)
     if collectors:
@@ -306,4 +313,5 @@ def run(args: argparse.Namespace) -> int:
         server.shutdown()
         server.server_close()
     log.info("stopped")
+    os.close(lock_fd)
     return exitcodes.OK

@@ -57,8 +57,10 @@ series                                                       type     P      mea
                                                                              journal (read-only or full state directory).
 ``collector_journal_bytes``                                  gauge    no     bytes in the event journal files (bounded by
                                                                              ``[journal] max_bytes``).
-``collector_journal_dropped_events_total``                   counter  no     events not journaled because the newest journal
-                                                                             file alone filled ``max_bytes`` (still counted).
+``collector_journal_dropped_records_total{reason}``          counter  no     records counted but not journaled: ``day_bytes``,
+                                                                             ``total_bytes`` (``[journal] max_day_bytes``,
+                                                                             ``max_bytes``), ``source_rate`` (one (kind, device)
+                                                                             past its token bucket), ``write_error``.
 ``collector_success{collector}``                             gauge    no     1 when the collector's last run worked, else 0
                                                                              (``kernel_log``: ``/dev/kmsg`` open and readable; a
                                                                              polled collector: its last ``collect()`` returned in
@@ -162,8 +164,10 @@ STATE_ERRORS = Family(PREFIX + "collector_state_write_errors_total", "counter",
                       "Failed writes of the agent state file or event journal.", (), persist=False)
 JOURNAL_BYTES = Family(PREFIX + "collector_journal_bytes", "gauge",
                        "Bytes in the agent's event journal files.", (), persist=False)
-JOURNAL_DROPPED = Family(PREFIX + "collector_journal_dropped_events_total", "counter",
-                         "Events not journaled because the journal reached its size bound.", (), persist=False)
+JOURNAL_DROPPED = Family(PREFIX + "collector_journal_dropped_records_total", "counter",
+                         "Event records counted but not journaled, by reason: day_bytes, total_bytes "
+                         "(the journal's size bounds), source_rate (one source's token bucket), write_error.",
+                         ("reason",), persist=False)
 SUCCESS = Family(PREFIX + "collector_success", "gauge",
                  "Whether the collector's last run succeeded (1) or failed (0).", ("collector",), persist=False)
 DURATION = Family(PREFIX + "collector_duration_seconds", "gauge",

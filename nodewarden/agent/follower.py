@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 from nodewarden.agent import exporter as ex
 from nodewarden.agent.exporter import Counters
-from nodewarden.agent.state import AgentState, KmsgPosition, StateStore, event_key
+from nodewarden.agent.state import AgentState, KmsgPosition, StateStore, event_key, journal_tail
 from nodewarden.events import FaultEvent
 from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
 from nodewarden.parsing.stream import KernelLogParser
@@ -100,8 +100,9 @@ class KmsgFollower:
     source: records (KmsgReader). counters: where increments go. store: journal and state.json.
     host: host label of events. gpu_of: PCI bus id -> ``gpu`` label (:class:`~nodewarden.agent.exporter.GpuMinors`).
     boot_time: wall time of boot (kmsg stamps are seconds since boot). position: the saved cursor.
-    journaled: keys of events already in the journal but not counted in ``state.json`` (crash
-    between the two writes): counted again, not journaled again. clock: seconds since boot now
+    journaled: keys (:func:`~nodewarden.agent.state.event_key`) of events counted already and
+    not to be counted or journaled again; at :meth:`catch_up` the journal's events past the
+    cursor are added (counted from the journal). clock: seconds since boot now
     (CLOCK_BOOTTIME), to tell at start whether the newest record is old. lock: held while
     counting, journaling and saving (shared with the poller). observer: sees the events counted
     (the flash-cut detector, :class:`nodewarden.agent.poller.FlashCuts`), counts what it derives
@@ -166,13 +167,39 @@ class KmsgFollower:
                 log.info("kernel ring buffer ends at seq %d, before the saved cursor %d: a reboot; "
                          "counting the whole buffer", newest, self.resume.seq)
                 self.resume, self.journaled, self.seq = None, frozenset(), None
-        n = len(self.handle(records))
+        n = self._count_journal_tail()
+        n += len(self.handle(records))
         if held_seqs(self.parser) and (self.last_record_mono is None
                                        or self.clock() - self.last_record_mono > STALE_HELD_S):
             n += len(self.take(self.parser.flush()))
         self.commit(force=True)
         self._timing(t0)
         return n
+
+    def _count_journal_tail(self) -> int:
+        """Count the journaled events of this boot the saved cursor does not count (a crash
+        between the journal append and ``state.json``, or ``state.json`` lost): from the
+        journal, which is the authority past the cursor (:func:`~nodewarden.agent.state.journal_tail`).
+        Their keys go into :attr:`journaled`, so the replay neither counts nor journals them
+        again. The flash-cut observer sees them (what it derives is journaled already)."""
+        tail = journal_tail(self.store.dir, self.boot_id, self.resume, self.boot_time)
+        if not self.accept_injected:  # journaled by a run that accepted them: no fault now either
+            tail = [e for e in tail if not e.attrs.get("injected")]
+        if not tail:
+            return 0
+        for e in tail:
+            self.counters.add_all(ex.increments(e, self.gpu_of))
+        if self.observer is not None:
+            self.observer(tail)
+        self.events_counted += len(tail)
+        self.journaled = self.journaled | {k for k in map(event_key, tail) if k is not None}
+        top = max(int(e.attrs["seq"]) for e in tail)
+        if self.seq is None or top > self.seq:
+            self.seq = top  # read before the crash: a gap up to here is no loss
+        self._counts_dirty = True
+        log.info("journal: %d event(s) of this boot past the saved cursor %s counted from the journal",
+                 len(tail), f"{self.resume.seq}" if self.resume is not None else "(none)")
+        return len(tail)
 
     def poll(self, timeout: float = 0.5) -> int:
         """Wait up to ``timeout`` seconds for records; handle and persist what came. When nothing
@@ -231,12 +258,14 @@ class KmsgFollower:
         (with what the observer derived from them). Returns the events counted. Call with
         :attr:`lock` held."""
         new = [e for e in events if not counted_before(e, self.resume)]
+        if self.journaled:  # counted from the journal at start (_count_journal_tail)
+            new = [e for e in new if event_key(e) not in self.journaled]
         if not self.accept_injected:
             new = self._set_aside_injected(new)
         for e in new:
             self.counters.add_all(ex.increments(e, self.gpu_of))
         self.events_counted += len(new)
-        to_journal = [e for e in new if event_key(e) not in self.journaled] if self.journaled else new
+        to_journal = new
         if new and self.observer is not None:
             to_journal = to_journal + self.observer(new)
         if to_journal:

@@ -22,8 +22,11 @@ log = logging.getLogger(__name__)
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``127.0.0.1:9764``, ``[::1]:9764``, ``:9764`` for all addresses) -> (host, port).
 
-    Raises ValueError naming what is wrong.
+    PORT is 1-65535 in ASCII digits only (no sign, no ``_``, no other script's digits); no
+    whitespace or NUL anywhere. Raises ValueError naming what is wrong.
     """
+    if any(c.isspace() or c == "\0" for c in text):
+        raise ValueError(f"no spaces or control characters allowed in HOST:PORT, got {text!r}")
     host, sep, port = text.rpartition(":")
     if not sep or not port:
         raise ValueError(f"expected HOST:PORT, got {text!r}")
@@ -31,12 +34,11 @@ def parse_listen(text: str) -> tuple[str, int]:
         host = host[1:-1]
     elif ":" in host:
         raise ValueError(f"write an IPv6 address in brackets: [{host}]:{port}")
-    try:
-        num = int(port)
-    except ValueError:
-        raise ValueError(f"port {port!r} is not a number") from None
-    if not 0 <= num <= 65535:
-        raise ValueError(f"port {num} is out of range 0-65535")
+    if not (port.isascii() and port.isdigit()):
+        raise ValueError(f"port {port!r} is not a number (ASCII digits 0-9 only)")
+    num = int(port)
+    if not 1 <= num <= 65535:
+        raise ValueError(f"port {num} is out of range 1-65535")
     return host, num
 
 

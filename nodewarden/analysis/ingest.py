@@ -33,6 +33,7 @@ class IngestStats:
     events: int = 0
     unparsed: int = 0
     copies_dropped: int = 0
+    journal_duplicates: int = 0  # agent-journal records seen before (same host, boot id, seq, kind, Xid)
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -69,6 +70,19 @@ class Filters:
 def _is_journal(path: Path) -> bool:
     """An agent event journal (JSON lines of FaultEvent.to_dict()), by name."""
     return path.name.startswith("events-") and path.name.endswith((".jsonl", ".jsonl.gz"))
+
+
+def journal_record_key(e: FaultEvent) -> tuple[Any, ...] | None:
+    """Identity of an agent-journal record of a kernel-log event: (host, boot id, seq of its first
+    /dev/kmsg record, kind, Xid). The agent writes boot id and seq into every such record; two
+    agents on one state directory, a restart that re-journaled, or a copy of the file give the
+    same key, and the record counts once. Kind and Xid are part of it because one kernel record
+    may begin more than one event. None (never de-duplicated) without a boot id or seq: polled
+    events, and records of a boot whose id was unknown (sequence numbers restart every boot)."""
+    seq, boot = e.attrs.get("seq"), e.attrs.get("boot_id")
+    if boot is None or isinstance(seq, bool) or not isinstance(seq, int):
+        return None
+    return (e.host, str(boot), seq, e.kind, e.code if e.kind == ev.XID else None)
 
 
 def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogParser]:
@@ -388,6 +402,7 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
         files, errors = expand_paths(file_paths, exclude=list(exclude))
         # Copies exist only across inputs: with one input there is nothing to de-duplicate.
         deduper = CopyDeduper() if dedupe and len(files) + ("-" in paths) > 1 else None
+        journal_seen: set[tuple[Any, ...]] = set()  # journal_record_key of every journal record yielded
         for err in errors:
             report(str(err))
         # Units in input order: (True, files) for a pool task, (False, read) read here.
@@ -434,12 +449,20 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
         def select(events: Iterable[FaultEvent], input_id: str, scope: str) -> Generator[FaultEvent, None, Any]:
             """The events of one input that are no copy and pass the filters; returns what a
             streamed input returns."""
+            from_journal = dedupe and input_id != "-" and _is_journal(Path(input_id))
             it = iter(events)
             while True:
                 try:
                     e = next(it)
                 except StopIteration as stop:
                     return stop.value
+                if from_journal:  # an agent-journal record counts once (host, boot id, seq)
+                    key = journal_record_key(e)
+                    if key is not None:
+                        if key in journal_seen:
+                            stats.journal_duplicates += 1
+                            continue
+                        journal_seen.add(key)
                 if deduper is not None and not deduper.accept(e, input_id, scope):
                     stats.copies_dropped += 1
                     continue

@@ -452,3 +452,52 @@ def test_a_port_flapping_in_sysfs_is_a_flash_cut_on_metrics(tmp_path: Path, agen
     wait_for("the first poll", lambda: b.value("nodewarden_ib_port_state", **lab) == 4)
     assert b.value("nodewarden_ib_flash_cuts_total", **lab) == 1
     assert b.stop() == 0
+
+
+@needs_kmsg
+def test_sigkill_under_a_storm_leaves_journal_and_counter_equal(tmp_path: Path, agents: list[Agent]) -> None:
+    """A storm of Xids written into the real /dev/kmsg while the real agent is SIGKILLed in the
+    middle of it and started again: each record journaled once (one per boot id and seq), and
+    the journal holds exactly as many of them as the counter counts (it held 430 more before
+    the journal's own cursor was counted at restart)."""
+    import threading
+    L = Lines.make()
+    state = tmp_path / "state"
+    log = tmp_path / "agent.log"
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text("[journal]\nsource_burst = 1000000\n[validator]\nenabled = false\n"
+                   "[collectors]\nnvml = false\ninfiniband = false\nedac = false\npcie = false\nnetclass = false\n")
+    a = start_agent(state, log, "--config", str(cfg))
+    agents.append(a)
+    n = 1500
+    written = [0]
+
+    def storm() -> None:
+        for i in range(n):
+            write_kmsg(L.xid48(0x20 + i % 4))
+            written[0] += 1
+
+    t = threading.Thread(target=storm)
+    t.start()
+    wait_for("the storm under way", lambda: written[0] >= n // 3)
+    a.proc.kill()  # SIGKILL in the middle of the storm
+    a.proc.wait(timeout=DEADLINE_S)
+    t.join(timeout=60)
+    assert written[0] == n
+    b = start_agent(state, log, "--config", str(cfg))
+    agents.append(b)
+
+    def counted() -> float:
+        s = b.samples()
+        return sum(s.get((XID, frozenset(L.xid_labels(0x20 + j, 48).items())), 0.0) for j in range(4))
+
+    lost = b.value("nodewarden_collector_kmsg_lost_records_total")
+    if lost == 0:
+        wait_for("every storm record counted", lambda: counted() == n)
+    total = counted()
+    mine = [e for e in journal_events(state) if L.pci_domain in (e.get("pci_bus_id") or "")]
+    keys = [(e["attrs"]["boot_id"], e["attrs"]["seq"]) for e in mine]
+    assert len(keys) == len(set(keys))  # nothing journaled twice
+    assert len(mine) == total <= n  # journaled = counted
+    assert b.value("nodewarden_collector_journal_dropped_records_total", reason="source_rate") == 0
+    assert b.stop() == 0

@@ -94,7 +94,8 @@ def _render(sysfs: str, workdir: str) -> str:
                          validator=cf.ValidatorConfig(enabled=False), poll_interval_seconds=3600,
                          collector_timeout_seconds=20)
     state_dir = st.prepare_state_dir(cfg.state_dir)
-    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days)
+    store = st.StateStore(state_dir, max_bytes=cfg.journal_max_bytes, max_age_days=cfg.journal_max_age_days,
+                          max_day_bytes=cfg.journal_max_day_bytes)
     counters = ex.Counters()
     detector = load_detector(cfg.flash_cut_max_seconds)
     flash = FlashCuts(detector, counters, host=HOSTNAME) if detector is not None else None

@@ -78,11 +78,11 @@ timeout_seconds = 600
     ("[journal]\nmax_bytes = \"256M\"\n", "agent.toml: journal.max_bytes: expected an integer"),
     ("[journal]\nmax_bytes = 1.5\n", "agent.toml: journal.max_bytes: expected an integer"),
     ("[journal]\nmax_bytes = true\n", "agent.toml: journal.max_bytes: expected an integer"),
-    ("[journal]\nmax_bytes = 0\n", "agent.toml: journal.max_bytes: expected an integer >= 1, got 0"),
-    ("[journal]\nmax_age_days = -1\n", "agent.toml: journal.max_age_days: expected a number > 0"),
+    ("[journal]\nmax_bytes = 0\n", "agent.toml: journal.max_bytes: expected an integer from 1048576 to 1099511627776 (bytes), got 0"),
+    ("[journal]\nmax_age_days = -1\n", "agent.toml: journal.max_age_days: expected a number from 1 to 3660 (days), got -1"),
     ("[journal]\nmax_size = 1\n", "agent.toml: journal.max_size: unknown key"),
-    ("poll_interval_seconds = -10\n", "agent.toml: poll_interval_seconds: expected a number > 0, got -10"),
-    ("poll_interval_seconds = 0\n", "agent.toml: poll_interval_seconds: expected a number > 0"),
+    ("poll_interval_seconds = -10\n", "agent.toml: poll_interval_seconds: expected a number from 0.1 to 86400 (s), got -10"),
+    ("poll_interval_seconds = 0\n", "agent.toml: poll_interval_seconds: expected a number from 0.1"),
     ("poll_interval_seconds = nan\n", "agent.toml: poll_interval_seconds: expected a finite number"),
     ("collector_timeout_seconds = \"5s\"\n", "agent.toml: collector_timeout_seconds: expected a number"),
     ("poll_interval = 10\n", "agent.toml: poll_interval: unknown key"),
@@ -93,15 +93,39 @@ timeout_seconds = 600
     ("[collectors]\nnvml = \"yes\"\n", "agent.toml: collectors.nvml: expected true or false"),
     ("[collectors]\ndcgm = true\n", "agent.toml: collectors.dcgm: unknown key"),
     ("collectors = true\n", "agent.toml: collectors: expected a table ([collectors])"),
-    ("[flash_cut]\nmax_seconds = 0\n", "agent.toml: flash_cut.max_seconds: expected a number > 0"),
-    ("[validator]\ninterval_days = -7\n", "agent.toml: validator.interval_days: expected a number > 0"),
-    ("[validator]\njitter_hours = -1\n", "agent.toml: validator.jitter_hours: expected a number >= 0"),
+    ("[flash_cut]\nmax_seconds = 0\n", "agent.toml: flash_cut.max_seconds: expected a number from 1 to 86400"),
+    ("[validator]\ninterval_days = -7\n", "agent.toml: validator.interval_days: expected a number from 0.0416667 to 366 (days), got -7"),
+    ("[validator]\njitter_hours = -1\n", "agent.toml: validator.jitter_hours: expected a number from 0 to 8784"),
     ("[validator]\nargs = \"--quick\"\n", "agent.toml: validator.args: expected a list of strings"),
     ("[validator]\nargs = [\"--checks\", 3]\n", "agent.toml: validator.args: expected a list of strings"),
     ("[validator]\nenabled = 1\n", "agent.toml: validator.enabled: expected true or false"),
-    ("[validator]\ntimeout_seconds = 0\n", "agent.toml: validator.timeout_seconds: expected a number > 0"),
+    ("[validator]\ntimeout_seconds = 0\n", "agent.toml: validator.timeout_seconds: expected a number from 1 to 604800"),
     ("[weekly]\nenabled = true\n", "agent.toml: weekly: unknown key"),
     ("listen = \n", "agent.toml: not valid TOML"),
+    # values that passed the old checks and then broke the agent
+    ("[journal]\nmax_age_days = 1000000\n", "agent.toml: journal.max_age_days: expected a number from 1 to 3660"),
+    ("[journal]\nmax_day_bytes = 100\n", "agent.toml: journal.max_day_bytes: expected an integer from 65536"),
+    ("[journal]\nsource_burst = 0\n", "agent.toml: journal.source_burst: expected an integer from 1"),
+    ("[journal]\nsource_rate_per_second = inf\n", "agent.toml: journal.source_rate_per_second: expected a finite number"),
+    ("[validator]\ninterval_days = 1e306\n", "agent.toml: validator.interval_days: expected a number from 0.0416667 to 366 (days), got 1e+306"),
+    ("[validator]\ninterval_days = 3e6\n", "agent.toml: validator.interval_days: expected a number from 0.0416667 to 366 (days), got 3000000"),
+    ("[validator]\ntimeout_seconds = 1e300\n", "agent.toml: validator.timeout_seconds: expected a number from 1 to 604800"),
+    ("[validator]\njitter_hours = true\n", "agent.toml: validator.jitter_hours: expected a number"),
+    ("poll_interval_seconds = 1e10\n", "agent.toml: poll_interval_seconds: expected a number from 0.1 to 86400 (s), got 10000000000"),
+    ("poll_interval_seconds = inf\n", "agent.toml: poll_interval_seconds: expected a finite number"),
+    ("poll_interval_seconds = 1e-9\n", "agent.toml: poll_interval_seconds: expected a number from 0.1 to 86400 (s), got 1e-09"),
+    ("poll_interval_seconds = true\n", "agent.toml: poll_interval_seconds: expected a number"),
+    ("collector_timeout_seconds = 1e10\n", "agent.toml: collector_timeout_seconds: expected a number from 0.1 to 3600"),
+    ("[flash_cut]\nmax_seconds = 1e308\n", "agent.toml: flash_cut.max_seconds: expected a number from 1 to 86400"),
+    ("state_dir = \"/var/lib/nw\\u0000x\"\n", "agent.toml: state_dir: contains a NUL character"),
+    ("sysfs = \"/sys\\u0000\"\n", "agent.toml: sysfs: contains a NUL character"),
+    ("listen = \"127.0.0.1:+9764\"\n", "agent.toml: listen: port '+9764' is not a number (ASCII digits 0-9 only)"),
+    ("listen = \"127.0.0.1:\u0669\u0667\u0666\u0664\"\n", "agent.toml: listen: port '\u0669\u0667\u0666\u0664' is not a number"),
+    ("listen = \"127.0.0.1:1_9795\"\n", "agent.toml: listen: port '1_9795' is not a number"),
+    ("listen = \" 127.0.0.1:9764\"\n", "agent.toml: listen: no spaces or control characters"),
+    ("listen = \"127.0.0.1:9764 \"\n", "agent.toml: listen: no spaces or control characters"),
+    ("listen = \"127.0.0.1:0\"\n", "agent.toml: listen: port 0 is out of range 1-65535"),
+    ("listen = \"127.0.0.1:65536\"\n", "agent.toml: listen: port 65536 is out of range 1-65535"),
 ])
 def test_a_bad_config_names_the_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(cf.ConfigError) as e:
@@ -140,3 +164,79 @@ def test_the_agent_exits_2_naming_the_key(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert b"agent.toml: journal.max_bytes: expected an integer" in r.stderr
     assert not (tmp_path / "state").exists()  # nothing done before the check
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--poll-interval", "inf"], "--poll-interval: expected a finite number"),
+    (["--poll-interval", "1e10"], "--poll-interval: expected a number from 0.1 to 86400 (s), got 10000000000"),
+    (["--poll-interval", "1e-9"], "--poll-interval: expected a number from 0.1 to 86400 (s), got 1e-09"),
+    (["--poll-interval", "nan"], "--poll-interval: expected a finite number"),
+    (["--listen", "127.0.0.1:+9764"], "--listen: port '+9764' is not a number"),
+    (["--listen", "127.0.0.1:0"], "--listen: port 0 is out of range 1-65535"),
+    (["--listen", " 127.0.0.1:9764"], "--listen: no spaces or control characters"),
+])
+def test_a_bad_flag_names_the_flag(tmp_path: Path, argv: list[str], message: str) -> None:
+    with pytest.raises(cf.ConfigError) as e:
+        cf.resolve(agent_args(*argv), default_path=str(tmp_path / "absent.toml"))
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[journal]\nmax_age_days = 1000000\n", "journal.max_age_days"),
+    ("[validator]\ninterval_days = 1e306\n", "validator.interval_days"),
+    ("[validator]\ninterval_days = 3e6\n", "validator.interval_days"),
+    ("poll_interval_seconds = 1e10\n", "poll_interval_seconds"),
+    ("poll_interval_seconds = 1e-9\n", "poll_interval_seconds"),
+    ("state_dir = \"/tmp/x\\u0000y\"\n", "state_dir"),
+    ("listen = \"127.0.0.1:1_9795\"\n", "listen"),
+    ("listen = \"127.0.0.1:\u0669\u0667\u0666\u0664\"\n", "listen"),
+])
+def test_the_agent_exits_2_at_start_for_each_value_out_of_range(tmp_path: Path, capsys, text: str, key: str) -> None:
+    from nodewarden.cli import main
+    p = write(tmp_path, text)
+    assert main(["agent", "--config", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert f"agent.toml: {key}: " in err
+
+
+def test_inf_poll_interval_flag_exits_2(tmp_path: Path, capsys) -> None:
+    from nodewarden.cli import main
+    assert main(["agent", "--poll-interval", "inf", "--state-dir", str(tmp_path / "s"),
+                 "--config", str(write(tmp_path, ""))]) == 2
+    assert "--poll-interval: expected a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
+def test_every_numeric_key_has_one_range_and_the_limits_are_accepted(tmp_path: Path) -> None:
+    numeric = {k for k, check in cf.TOP.items() if k in cf.RANGE_BY_KEY}
+    numeric |= {f"{t}.{k}" for t, keys in cf.TABLES.items() for k in keys if f"{t}.{k}" in cf.RANGE_BY_KEY}
+    assert numeric == set(cf.RANGE_BY_KEY)
+    for r in cf.RANGES:
+        for v in (r.min, r.max):
+            table, _, key = r.key.rpartition(".")
+            value = int(v) if r.type is int else float(v)
+            text = f"[{table}]\n{key} = {value!r}\n" if table else f"{key} = {value!r}\n"
+            cf.load(write(tmp_path, text))  # no error at either end
+
+
+def test_the_largest_values_keep_the_consumers_finite(tmp_path: Path) -> None:
+    """What the old checks let through broke these: a date overflow in pruning, a schedule in
+    the year 10**300. At the range's ends they compute."""
+    import datetime as dt
+    from nodewarden.agent import schedule as sc
+    from nodewarden.agent import state as st
+    top = cf.RANGE_BY_KEY
+    store = st.StateStore(tmp_path, max_age_days=top["journal.max_age_days"].max)
+    assert store.prune_journal() == []
+    interval = top["validator.interval_days"].max * 86400
+    off = sc.jitter_offset("gpu-017", top["validator.jitter_hours"].max * 3600, interval)
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc).timestamp()
+    due = sc.next_due(None, now, interval, off)
+    assert now <= due <= now + interval
+
+
+def test_the_example_lists_the_ranges_the_checks_use() -> None:
+    """deploy/config/nodewarden-agent.toml carries the ranges table, generated from RANGES."""
+    text = EXAMPLE.read_text()
+    block = "\n".join("#" + line[3:] for line in cf.ranges_doc().splitlines())
+    assert block in text, "regenerate the ranges block: python3 -m nodewarden.agent.config"

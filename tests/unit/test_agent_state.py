@@ -74,15 +74,15 @@ class Reader:
         return self.pos < len(self.buf.records)
 
 
-def start(state_dir: Path, buf: Buffer, now: float = 1.0) -> KmsgFollower:
-    """What the agent does at start: load state.json and counters, scan the journal, catch up.
-    ``now``: seconds since boot (the records are stamped just after 1 s)."""
+def start(state_dir: Path, buf: Buffer, now: float = 1.0, store: st.StateStore | None = None) -> KmsgFollower:
+    """What the agent does at start: load state.json and counters, catch up (the follower reads
+    the journal past the cursor). ``now``: seconds since boot (the records are stamped just
+    after 1 s)."""
     saved = st.load_state(state_dir)
     counters = Counters()
     counters.load_json(saved.counters)
-    f = KmsgFollower(buf.reader(), counters, st.StateStore(state_dir), host="node01", gpu_of=lambda pci: "",
-                     boot_time=BOOT_TIME, position=saved.kmsg, journaled=st.journaled_keys(state_dir, saved.kmsg),
-                     clock=lambda: now)
+    f = KmsgFollower(buf.reader(), counters, store or st.StateStore(state_dir), host="node01", gpu_of=lambda pci: "",
+                     boot_time=BOOT_TIME, position=saved.kmsg, clock=lambda: now)
     f.catch_up()
     return f
 
@@ -142,6 +142,44 @@ def test_corrupt_state_is_set_aside(tmp_path: Path) -> None:
     (tmp_path / "state.json").write_text("{not json")
     assert st.load_state(tmp_path) == st.AgentState()
     assert (tmp_path / "state.json.corrupt").read_text() == "{not json"
+
+
+GOOD_SERIES = '{"name": "nodewarden_mce_events_total", "labels": {"type": "corrected"}, "value": %s}'
+
+
+@pytest.mark.parametrize("text", [
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "1e400"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "NaN"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "Infinity"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "-Infinity"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "-3"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % "true"),
+    '{"format": 1, "kmsg": null, "counters": [%s]}' % (GOOD_SERIES % '"3"'),
+    '{"format": 1, "kmsg": null, "counters": [{"name": 7, "value": 1}]}',
+    '{"format": 1, "kmsg": null, "counters": ["x"]}',
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": -5}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 1e400}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 2.5}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": true}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": "12"}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 18446744073709551616}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 3, "held": [-1]}, "counters": []}' % BOOT,
+    '{"format": 1, "kmsg": {"boot_id": 5, "seq": 3}, "counters": []}',
+    '{"format": 1, "kmsg": {"boot_id": "%s", "seq": 3}, "counters": []' % BOOT,  # truncated
+    '',  # truncated to nothing
+    pytest.param('[' * 100_000, id="too-deep"),  # too deep for the parser
+])
+def test_a_state_with_bogus_numbers_is_set_aside_and_nothing_is_counted_from_it(tmp_path: Path, text: str) -> None:
+    (tmp_path / "state.json").write_text(text)
+    assert st.load_state(tmp_path) == st.AgentState()
+    assert (tmp_path / "state.json.corrupt").read_text() == text
+    assert not (tmp_path / "state.json").exists()
+    buf = Buffer()
+    buf.log(XID48, NOISE)
+    (tmp_path / "state.json").write_text(text)
+    f = start(tmp_path, buf)  # no crash, no bogus "lost" count, the buffer counted once
+    assert xid48(f) == 1 and f.counters.get(ex.LOST) == 0 and mces(f) == 0
+    assert st.load_state(tmp_path).kmsg == st.KmsgPosition(BOOT, 1)
 
 
 def test_prepare_state_dir(tmp_path: Path) -> None:
@@ -397,53 +435,86 @@ def test_journal_files_older_than_max_age_are_deleted(tmp_path: Path) -> None:
     assert store.journal_bytes == 3000
 
 
-def test_journal_to_prune_is_oldest_first_and_never_the_newest() -> None:
+def test_journal_to_prune_is_by_age_only() -> None:
     files = [(TODAY - dt.timedelta(days=d), Path(f"f{d}"), 100) for d in (3, 2, 1, 0)]
-    assert st.journal_to_prune(files, TODAY, max_bytes=400, max_age_days=400) == []
-    assert st.journal_to_prune(files, TODAY, max_bytes=250, max_age_days=400) == [Path("f3"), Path("f2")]
-    assert st.journal_to_prune(files, TODAY, max_bytes=350, max_age_days=400, need=40) == [Path("f3")]
-    assert st.journal_to_prune(files, TODAY, max_bytes=10, max_age_days=400) == [Path("f3"), Path("f2"), Path("f1")]
-    assert st.journal_to_prune(files, TODAY, max_bytes=1000, max_age_days=1.5) == [Path("f3"), Path("f2")]
-    assert st.journal_to_prune(files[-1:], TODAY, max_bytes=1, max_age_days=0) == []
-    # at a new day's first write yesterday's file is no longer the newest
-    assert st.journal_to_prune(files, TODAY, max_bytes=50, max_age_days=400, writing=TODAY + dt.timedelta(days=1)) == \
-        [Path("f3"), Path("f2"), Path("f1"), Path("f0")]
+    assert st.journal_to_prune(files, TODAY, max_age_days=400) == []
+    assert st.journal_to_prune(files, TODAY, max_age_days=1.5) == [Path("f3"), Path("f2")]
+    assert st.journal_to_prune(files, TODAY, max_age_days=0) == [Path("f3"), Path("f2"), Path("f1")]
+    assert st.journal_to_prune(files, TODAY, max_age_days=1e6) == []  # was OverflowError
 
 
-def test_an_append_past_max_bytes_deletes_the_oldest_files_first(tmp_path: Path) -> None:
-    old = [day_file(tmp_path, TODAY - dt.timedelta(days=d), 1500) for d in (3, 2, 1)]
-    store = st.StateStore(tmp_path, max_bytes=5000, today=lambda: TODAY)
-    store.prune_journal()
-    assert store.journal_bytes == 4500
-    now = dt.datetime.combine(TODAY, dt.time(12), dt.timezone.utc)
-    events = [FaultEvent(kind="mce", message="m" * 50, raw="r" * 50, time=now) for _ in range(3)]
-    need = sum(len(e.to_json()) + 1 for e in events)
-    assert 3000 + need <= 5000 < 4500 + need  # one old file must go, one is enough
-    assert store.journal(events)
-    assert not old[0].exists() and old[1].exists() and old[2].exists()
-    files = st.journal_files(tmp_path)
-    assert store.journal_bytes == sum(size for _, _, size in files) <= 5000
-    assert len(journal(tmp_path)) >= 4
-    assert store.journal_dropped == 0
+def storm_store(state_dir: Path, **kw) -> st.StateStore:
+    return st.StateStore(state_dir, today=lambda: TODAY, **kw)
 
 
-def test_when_the_newest_file_fills_the_bound_events_are_dropped_not_written(tmp_path: Path, caplog) -> None:
-    store = st.StateStore(tmp_path, max_bytes=2000, today=lambda: TODAY)
+def test_a_storm_keeps_every_past_day_and_bounds_the_day_file(tmp_path: Path) -> None:
+    """30 older day files and max_bytes 8 MiB, then 10,000 Xids of one GPU at once: the old
+    store deleted all 30 files, oldest first. Now they all stay, today's file stops at
+    max_day_bytes, the rest is counted as dropped, and the counters count all 10,000."""
+    old = [day_file(tmp_path, TODAY - dt.timedelta(days=d), 100_000) for d in range(30, 0, -1)]
+    before = {p: p.read_bytes() for p in old}
+    store = storm_store(tmp_path, max_bytes=8 << 20, max_day_bytes=1 << 20, source_burst=10 ** 6)
+    buf = Buffer()
+    for _ in range(10_000):
+        buf.log(XID48)
+    f = start(tmp_path, buf, store=store)
+    assert xid48(f) == 10_000
+    assert {p: p.read_bytes() for p in old} == before  # history untouched
+    today = st.journal_path(tmp_path, BOOT_TIME)
+    assert today.stat().st_size <= 1 << 20
+    kept = len(today.read_text().splitlines())
+    assert 0 < kept < 10_000
+    assert store.journal_dropped["day_bytes"] == 10_000 - kept
+    assert store.journal_written == kept
+    assert store.journal_bytes == sum(size for _, _, size in st.journal_files(tmp_path))
+
+
+def test_the_next_day_starts_a_new_file_after_a_full_one(tmp_path: Path) -> None:
+    day = [TODAY]
+    store = st.StateStore(tmp_path, today=lambda: day[0], max_day_bytes=2000, source_burst=100)
     now = dt.datetime.combine(TODAY, dt.time(12), dt.timezone.utc)
     ev1 = FaultEvent(kind="mce", message="m" * 300, raw="r" * 300, time=now)
     for _ in range(10):
         assert store.journal([ev1])
     size = st.journal_path(tmp_path, now).stat().st_size
     assert size <= 2000 and store.journal_bytes == size
-    assert store.journal_dropped == 10 - len(journal(tmp_path)) > 0
-    assert caplog.text.count("counted but not journaled") == 1  # warned once a day
-    # the next day, yesterday's full file goes to make room for the new day's events
-    tomorrow = TODAY + dt.timedelta(days=1)
-    store.today = lambda: tomorrow
-    dropped = store.journal_dropped
+    assert store.journal_dropped["day_bytes"] == 10 - len(journal(tmp_path)) > 0
+    day[0] = TODAY + dt.timedelta(days=1)
     assert store.journal([dataclasses.replace(ev1, time=now + dt.timedelta(days=1))])
-    assert names(tmp_path) == [f"events-{tomorrow.isoformat()}.jsonl"]
-    assert store.journal_dropped == dropped
+    assert names(tmp_path) == [f"events-{TODAY.isoformat()}.jsonl", f"events-{day[0].isoformat()}.jsonl"]
+
+
+def test_past_max_bytes_new_records_are_dropped_and_no_file_is_deleted(tmp_path: Path, caplog) -> None:
+    old = [day_file(tmp_path, TODAY - dt.timedelta(days=d), 1500) for d in (3, 2, 1)]
+    store = storm_store(tmp_path, max_bytes=5000)
+    store.prune_journal()
+    assert store.journal_bytes == 4500
+    now = dt.datetime.combine(TODAY, dt.time(12), dt.timezone.utc)
+    events = [FaultEvent(kind="mce", message="m" * 50, raw="r" * 50, time=now, device=f"cpu{i}") for i in range(5)]
+    assert store.journal(events)
+    assert all(p.exists() for p in old)
+    assert store.journal_bytes == sum(size for _, _, size in st.journal_files(tmp_path)) <= 5000
+    written = len(st.journal_path(tmp_path, now).read_text().splitlines())
+    assert written == store.journal_written < 5
+    assert store.journal_dropped["total_bytes"] == 5 - written
+    assert caplog.text.count("counted but not journaled") == 1
+
+
+def test_one_sources_storm_does_not_crowd_out_the_others(tmp_path: Path) -> None:
+    clock = [0.0]
+    store = storm_store(tmp_path, source_burst=3, source_rate=0.5, clock=lambda: clock[0])
+    now = dt.datetime.combine(TODAY, dt.time(12), dt.timezone.utc)
+
+    def xid(dev: str) -> FaultEvent:
+        return FaultEvent(kind="xid", code=48, message="m", raw="r", time=now, device=dev)
+
+    assert store.journal([xid("0000:07:00.0") for _ in range(10)] + [xid("0000:0a:00.0")])
+    assert store.journal_written == 4 and store.journal_dropped["source_rate"] == 7
+    clock[0] = 4.0  # two tokens back
+    assert store.journal([xid("0000:07:00.0") for _ in range(5)])
+    assert store.journal_written == 6 and store.journal_dropped["source_rate"] == 10
+    devices = [d["device"] for d in journal(tmp_path)]
+    assert devices.count("0000:0a:00.0") == 1 and devices.count("0000:07:00.0") == 5
 
 
 def test_journal_bytes_gauge_at_start(tmp_path: Path) -> None:
