@@ -27,6 +27,14 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     max_bytes = 268435456                # event journal bound, all files (256 MiB)
     max_age_days = 400                   # journal files older than this are deleted
 
+    [http]                               # the /metrics server (nodewarden.agent.server)
+    web_config_file = "/etc/nodewarden/web.yml"  # TLS and basic auth, node_exporter's format
+    max_connections = 256                # held at once (fewer when ulimit -n is low)
+    backlog = 1024                       # listen backlog
+    request_timeout_seconds = 10         # TLS handshake and request head
+    idle_timeout_seconds = 120           # a kept-alive connection waiting for its next request
+    write_timeout_seconds = 30           # a response read by the client
+
     [validator]                          # the weekly `nodewarden validate` run
     enabled = true
     interval_days = 7
@@ -67,6 +75,18 @@ class ValidatorConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class HttpConfig:
+    """The ``[http]`` table; ``web_config_file`` also from ``--web.config.file``."""
+
+    web_config_file: str | None = None
+    max_connections: int = 256
+    backlog: int = 1024
+    request_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 120.0
+    write_timeout_seconds: float = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentConfig:
     """The agent's settings after file and flags are merged. ``source``: the file read, if any."""
 
@@ -85,6 +105,7 @@ class AgentConfig:
     journal_max_bytes: int = 256 << 20
     journal_max_age_days: float = 400.0
     validator: ValidatorConfig = ValidatorConfig()
+    http: HttpConfig = HttpConfig()
     source: str | None = None
 
     def enabled(self, collector: str) -> bool:
@@ -176,6 +197,9 @@ TABLES: dict[str, dict[str, Callable[[Any], Any]]] = {
     "collectors": {c: _boolean for c in COLLECTORS},
     "flash_cut": {"max_seconds": _number()},
     "journal": {"max_bytes": _integer(1), "max_age_days": _number()},
+    "http": {"web_config_file": _nonempty, "max_connections": _integer(1), "backlog": _integer(1),
+             "request_timeout_seconds": _number(), "idle_timeout_seconds": _number(),
+             "write_timeout_seconds": _number()},
     "validator": {"enabled": _boolean, "interval_days": _number(), "jitter_hours": _number(positive=False),
                   "args": _string_list, "timeout_seconds": _number()},
 }
@@ -222,6 +246,8 @@ def parse(doc: dict[str, Any], name: str, base: AgentConfig | None = None) -> Ag
         changes["journal_max_age_days"] = j["max_age_days"]
     if "validator" in tables:
         changes["validator"] = dataclasses.replace(cfg.validator, **tables["validator"])
+    if "http" in tables:
+        changes["http"] = dataclasses.replace(cfg.http, **tables["http"])
     return dataclasses.replace(cfg, **changes)
 
 
@@ -262,6 +288,11 @@ def resolve(args: argparse.Namespace, default_path: str = DEFAULT_PATH) -> Agent
         if not poll > 0:
             raise ConfigError(f"--poll-interval: expected a number > 0, got {poll}")
         flags["poll_interval_seconds"] = float(poll)
+    web = getattr(args, "web_config_file", None)
+    if web is not None:
+        if not web:
+            raise ConfigError("--web.config.file: expected a file name")
+        flags["http"] = dataclasses.replace(cfg.http, web_config_file=web)
     if getattr(args, "no_validator", False):
         flags["validator"] = dataclasses.replace(cfg.validator, enabled=False)
     return dataclasses.replace(cfg, **flags)
