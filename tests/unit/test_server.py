@@ -313,8 +313,6 @@ def test_client_certificates(serve, tmp_path, certs) -> None:
     ctx.load_cert_chain(certs.client_cert, certs.client_key)
     assert tls_get(r.port, ctx) == 200
     # a client certificate from another CA is refused
-    other = tmp_path / "self"
-    other.mkdir()
     bad = tlscerts._leaf(certs.other_ca.parent, "intruder", "other-ca", "extendedKeyUsage=clientAuth\n")
     ctx2 = ssl.create_default_context(cafile=str(certs.ca))
     ctx2.load_cert_chain(*bad)
