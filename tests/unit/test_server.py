@@ -405,3 +405,21 @@ def test_http_settings_in_the_agent_config(tmp_path) -> None:
     toml.write_text("[http]\ntimeout = 3\n")
     with pytest.raises(cf.ConfigError, match="http.timeout: unknown key"):
         cf.load(toml)
+
+
+def test_a_client_that_does_not_read_the_response_is_closed(serve, caplog) -> None:
+    caplog.set_level(logging.INFO, SERVER_LOG)
+    reg = CollectorRegistry()
+
+    class Big:
+        def collect(self) -> Iterator[GaugeMetricFamily]:  # 32 MB: more than the kernel's socket buffers
+            yield GaugeMetricFamily("nodewarden_test_big", "x" * (32 << 20), value=1)
+    reg.register(Big())
+    r = serve(reg, write_timeout_seconds=0.5)
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", r.port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: any("not read within 0.5s" in x.getMessage() for x in server_lines(caplog)), 15)
+    wait_until(lambda: r.server.connection_count() == 0)
+    assert len(server_lines(caplog)) == 1
