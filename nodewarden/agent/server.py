@@ -156,7 +156,9 @@ class AgentHTTPServer:
         self.ssl_context: ssl.SSLContext | None = web.ssl_context if web is not None else None
         self.extra_headers = [(k.encode(), v.encode()) for k, v in (web.headers if web is not None else ())]
         family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
-        self.socket = socket.create_server(addr, family=family, backlog=self.settings.backlog)
+        # [::] takes IPv4 too, as the kernel's default (net.ipv6.bindv6only=0) would
+        dual = family == socket.AF_INET6 and addr[0] == "::" and socket.has_dualstack_ipv6()
+        self.socket = socket.create_server(addr, family=family, backlog=self.settings.backlog, dualstack_ipv6=dual)
         self.socket.setblocking(False)
         self.server_address: tuple[str, int] = self.socket.getsockname()[:2]
         self._conns: dict[_Conn, None] = {}  # insertion-ordered set
