@@ -15,9 +15,10 @@ its files.
 
 Bounds (:class:`ServerSettings`, the ``[http]`` table of the agent's configuration):
 
-* connections: at most :func:`connection_cap` at once (``max_connections``, and never more
-  than the open-file limit less the file descriptors the agent already holds and
-  :data:`FD_RESERVE` kept for the journal, ``state.json`` and the collectors). At the cap, the
+* connections: at most :func:`connection_cap` at once, and one being accepted
+  (``max_connections``, and never more than the open-file limit less the file descriptors the
+  agent already holds and :data:`FD_RESERVE` kept for the journal, ``state.json`` and the
+  collectors). At the cap, the
   connection that has waited longest for a request (idle keep-alive, a TLS handshake or a
   request head not complete) is closed to make room; when every connection is being answered,
   accepting pauses and new ones wait in the listen backlog (``backlog``).
@@ -114,15 +115,15 @@ def open_fds() -> int:
 def connection_cap(max_connections: int, limit: int | None = None, in_use: int | None = None,
                    reserve: int = FD_RESERVE) -> int:
     """Connections the server may hold at once (pure but for its defaults): ``max_connections``,
-    or fewer so that ``in_use`` descriptors + connections + the listening socket + ``reserve``
-    stay within ``limit`` (default: the soft ``RLIMIT_NOFILE``; ``in_use``: :func:`open_fds`).
+    or fewer so that ``in_use`` descriptors + connections + the listening socket + the one being
+    accepted while another closes + ``reserve`` stay within ``limit`` (default: the soft ``RLIMIT_NOFILE``; ``in_use``: :func:`open_fds`).
     Raises :class:`FdLimitError` when that leaves fewer than :data:`MIN_CONNECTIONS`."""
     if limit is None:
         limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         if limit == resource.RLIM_INFINITY:
             return max_connections
     used = open_fds() if in_use is None else in_use
-    room = limit - used - 1 - reserve
+    room = limit - used - 2 - reserve
     if room < MIN_CONNECTIONS:
         raise FdLimitError(f"the open-file limit ({limit}, ulimit -n / LimitNOFILE=) leaves {max(room, 0)} "
                            f"file descriptors for HTTP connections ({used} in use, {reserve} kept for the "
@@ -241,9 +242,9 @@ class AgentHTTPServer:
 
     def _on_accept(self) -> None:
         for _ in range(ACCEPT_BATCH):
-            if len(self._conns) >= self.cap:
-                self._evict()
-                # the evicted socket closes on the next turn of the loop; _release resumes
+            if len(self._conns) > self.cap:
+                # one over, the one accepted last: wait until a connection closes (an evicted one
+                # on the next turn of the loop, else one being answered); _release resumes
                 self._pause_accept()
                 return
             try:
@@ -265,6 +266,8 @@ class AgentHTTPServer:
                     self._loop.call_later(ACCEPT_RETRY_S, self._resume_accept)
                     return
                 raise
+            if len(self._conns) >= self.cap:
+                self._evict()
             self._open(sock, addr)
 
     def _open(self, sock: socket.socket, addr: Any) -> None:
@@ -294,7 +297,7 @@ class AgentHTTPServer:
 
     def _release(self, c: _Conn) -> None:
         self._conns.pop(c, None)
-        if (len(self._conns) < self.cap and self._stop is not None and not self._stop.is_set()
+        if (len(self._conns) <= self.cap and self._stop is not None and not self._stop.is_set()
                 and time.monotonic() >= self._accept_paused_until):
             self._resume_accept()
 
