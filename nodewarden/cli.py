@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("--config", metavar="FILE",
                     help="TOML configuration (default: /etc/nodewarden/agent.toml when it exists)")
     ag.add_argument("--listen", help="HOST:PORT for /metrics and /healthz (default 127.0.0.1:9764)")
+    ag.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                    help="TLS and basic auth for /metrics and /healthz: a Prometheus exporter web config "
+                         "(YAML, as node_exporter's; see README)")
     ag.add_argument("--state-dir", help="cursor, counters, event journal, validator report (default /var/lib/nodewarden)")
     ag.add_argument("--kmsg", help=argparse.SUPPRESS)
     ag.add_argument("--boot-id-path", help=argparse.SUPPRESS)

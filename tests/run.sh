@@ -1,6 +1,7 @@
 #!/bin/sh
 # Install what the whole test suite needs, then run it. Usage: sh tests/run.sh [pytest args]
 # - promtool (Debian's prometheus package) for the /metrics lint, when running as root with apt;
+# - openssl for the TLS tests' certificates, likewise;
 # - PyTorch's CPU build for the validator's compute checks;
 # - nodewarden with its [test] extra (pytest, pandas, pyarrow, matplotlib, hyperscan, rich).
 set -eu
@@ -9,6 +10,11 @@ if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     apt-get update -qq >/dev/null 2>&1 || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1 \
         || echo "warning: could not install prometheus/promtool; its checks will be skipped" >&2
+fi
+# openssl makes the TLS tests' certificates (the agent's --web.config.file).
+if ! command -v openssl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null 2>&1 \
+        || echo "warning: could not install openssl; the TLS tests will be skipped" >&2
 fi
 # No virtual environment: install into this Python, as on a GPU node's image.
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1

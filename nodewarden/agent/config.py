@@ -34,6 +34,14 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     source_burst = 1000                  # records one (kind, device) may journal at once ...
     source_rate_per_second = 1           # ... and then per second (token bucket)
 
+    [http]                               # the /metrics server (nodewarden.agent.server)
+    web_config_file = "/etc/nodewarden/web.yml"  # TLS and basic auth, node_exporter's format
+    max_connections = 256                # held at once (fewer when ulimit -n is low)
+    backlog = 1024                       # listen backlog
+    request_timeout_seconds = 10         # TLS handshake and request head
+    idle_timeout_seconds = 120           # a kept-alive connection waiting for its next request
+    write_timeout_seconds = 30           # a response read by the client
+
     [validator]                          # the weekly `nodewarden validate` run
     enabled = true
     interval_days = 7
@@ -80,6 +88,18 @@ class ValidatorConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class HttpConfig:
+    """The ``[http]`` table; ``web_config_file`` also from ``--web.config.file``."""
+
+    web_config_file: str | None = None
+    max_connections: int = 256
+    backlog: int = 1024
+    request_timeout_seconds: float = 10.0
+    idle_timeout_seconds: float = 120.0
+    write_timeout_seconds: float = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentConfig:
     """The agent's settings after file and flags are merged. ``source``: the file read, if any."""
 
@@ -102,6 +122,7 @@ class AgentConfig:
     journal_source_burst: int = 1000
     journal_source_rate_per_second: float = 1.0
     validator: ValidatorConfig = ValidatorConfig()
+    http: HttpConfig = HttpConfig()
     source: str | None = None
 
     def enabled(self, collector: str) -> bool:
@@ -165,6 +186,11 @@ RANGES: tuple[Range, ...] = (
     Range("journal.max_age_days", float, 1.0, 3660.0, "days", "files older than this are deleted (ten years at most)"),
     Range("journal.source_burst", int, 1, 10 ** 9, "records", "records of one (kind, device) journaled at once"),
     Range("journal.source_rate_per_second", float, 0.001, 1e6, "records/s", "the steady rate per (kind, device)"),
+    Range("http.max_connections", int, 1, 1 << 20, "connections", "open at once (also held under the open-file limit)"),
+    Range("http.backlog", int, 1, 65535, "connections", "waiting to be accepted (the kernel caps it at somaxconn)"),
+    Range("http.request_timeout_seconds", float, 0.1, 3600.0, "s", "for a TLS handshake or a request head"),
+    Range("http.idle_timeout_seconds", float, 0.1, 86400.0, "s", "a keep-alive connection waits this long"),
+    Range("http.write_timeout_seconds", float, 0.1, 3600.0, "s", "to write a response"),
     Range("validator.interval_days", float, 1 / 24, 366.0, "days", "one hour to a year between runs"),
     Range("validator.jitter_hours", float, 0.0, 8784.0, "h", "per-host offset into each interval"),
     Range("validator.timeout_seconds", float, 1.0, 7 * 86400.0, "s", "a run is terminated after this"),
@@ -240,6 +266,9 @@ TABLES: dict[str, dict[str, Callable[[Any], Any]]] = {
     "flash_cut": {"max_seconds": _ranged("flash_cut.max_seconds")},
     "journal": {k: _ranged(f"journal.{k}") for k in ("max_bytes", "max_day_bytes", "max_age_days",
                                                      "source_burst", "source_rate_per_second")},
+    "http": {"web_config_file": _nonempty,
+             **{k: _ranged(f"http.{k}") for k in ("max_connections", "backlog", "request_timeout_seconds",
+                                                  "idle_timeout_seconds", "write_timeout_seconds")}},
     "validator": {"enabled": _boolean, "interval_days": _ranged("validator.interval_days"),
                   "jitter_hours": _ranged("validator.jitter_hours"), "args": _string_list,
                   "timeout_seconds": _ranged("validator.timeout_seconds")},
@@ -286,6 +315,8 @@ def parse(doc: dict[str, Any], name: str, base: AgentConfig | None = None) -> Ag
         changes[f"journal_{k}"] = v
     if "validator" in tables:
         changes["validator"] = dataclasses.replace(cfg.validator, **tables["validator"])
+    if "http" in tables:
+        changes["http"] = dataclasses.replace(cfg.http, **tables["http"])
     return dataclasses.replace(cfg, **changes)
 
 
@@ -333,6 +364,11 @@ def resolve(args: argparse.Namespace, default_path: str = DEFAULT_PATH) -> Agent
             raise ConfigError(f"--poll-interval: {e}") from None
     if getattr(args, "accept_injected", False):
         flags["accept_injected"] = True
+    web = getattr(args, "web_config_file", None)
+    if web is not None:
+        if not web:
+            raise ConfigError("--web.config.file: expected a file name")
+        flags["http"] = dataclasses.replace(cfg.http, web_config_file=web)
     if getattr(args, "no_validator", False):
         flags["validator"] = dataclasses.replace(cfg.validator, enabled=False)
     return dataclasses.replace(cfg, **flags)

@@ -16,8 +16,9 @@ Failure behaviour:
 
 * A bad configuration file, ``--listen`` malformed or not bindable, ``--state-dir`` not a
   directory / not creatable / not readable, or in use by another agent (its ``agent.lock``
-  held, :func:`nodewarden.agent.state.lock_state_dir`): a message naming the file and key or
-  the option on stderr, exit code 2.
+  held, :func:`nodewarden.agent.state.lock_state_dir`), a ``--web.config.file`` that is not
+  valid (:mod:`nodewarden.agent.webconfig`), an open-file limit too low for the HTTP server: a
+  message naming the file and key or the option on stderr, exit code 2.
 * ``/dev/kmsg`` cannot be opened (no CAP_SYSLOG while ``kernel.dmesg_restrict=1``) or fails
   while reading: logged, ``nodewarden_collector_success{collector="kernel_log"} 0``, retried every
   :data:`KMSG_RETRY_S` seconds; ``/metrics`` and ``/healthz`` keep answering.
@@ -44,11 +45,12 @@ from nodewarden import __version__, exitcodes
 from nodewarden.agent import config as cf
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
+from nodewarden.agent import webconfig
 from nodewarden.agent.exporter import Counters, GpuMinors, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
 from nodewarden.agent.schedule import Scheduler
-from nodewarden.agent.server import AgentHTTPServer, parse_listen
+from nodewarden.agent.server import AgentHTTPServer, FdLimitError, ServerSettings, parse_listen
 from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now
 from nodewarden.events import FaultEvent, iso_utc
 
@@ -235,6 +237,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _usage(f"{opt('--listen', 'listen')}: {e}")
     try:
+        web = webconfig.load(cfg.http.web_config_file) if cfg.http.web_config_file else None
+    except webconfig.WebConfigError as e:
+        flag = getattr(args, "web_config_file", None) is not None or cfg.source is None
+        return _usage(f"{'--web.config.file' if flag else f'{cfg.source}: http.web_config_file'}: {e}")
+    try:
         state_dir = st.prepare_state_dir(cfg.state_dir)
         lock_fd = st.lock_state_dir(state_dir)  # held until the process exits
         saved = st.load_state(state_dir)
@@ -268,15 +275,22 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         registry = ex.make_registry(agent.snapshot, agent.poller.samples if agent.poller is not None else None)
-        server = AgentHTTPServer(addr, registry, agent.health)
+        h = cfg.http
+        server = AgentHTTPServer(addr, registry, agent.health, web=web, settings=ServerSettings(
+            max_connections=h.max_connections, backlog=h.backlog, request_timeout_seconds=h.request_timeout_seconds,
+            idle_timeout_seconds=h.idle_timeout_seconds, write_timeout_seconds=h.write_timeout_seconds))
+    except FdLimitError as e:
+        return _usage(str(e))
     except OSError as e:
         return _usage(f"{opt('--listen', 'listen')} {cfg.listen}: cannot listen: {e.strerror or e}")
     except (OverflowError, ValueError) as e:
         return _usage(f"{opt('--listen', 'listen')} {cfg.listen}: {e}")
-    http = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="http", daemon=True)
+    http = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     http.start()
-    log.info("nodewarden %s agent on %s: serving http://%s/metrics, state in %s%s; polled collectors: %s; "
-             "validator: %s", __version__, host, cfg.listen, state_dir,
+    log.info("nodewarden %s agent on %s: serving %s://%s/metrics (%s, at most %d connections), state in %s%s; "
+             "polled collectors: %s; validator: %s", __version__, host, server.scheme, cfg.listen,
+             f"web config {web.source}{', basic auth' if web.users else ''}" if web else "no TLS, no auth",
+             server.cap, state_dir,
              f", config {cfg.source}" if cfg.source else "",
              ", ".join(agent.poller.names) if agent.poller is not None else "none",
              "on" if agent.scheduler is not None else "off")
