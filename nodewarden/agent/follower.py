@@ -35,7 +35,7 @@ from nodewarden.agent import exporter as ex
 from nodewarden.agent.exporter import Counters
 from nodewarden.agent.state import AgentState, KmsgPosition, StateStore, event_key, journal_tail
 from nodewarden.events import FaultEvent
-from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
+from nodewarden.parsing.envelope import TimeContext, ascii_uint, parse_kmsg_record
 from nodewarden.parsing.stream import KernelLogParser
 
 log = logging.getLogger(__name__)
@@ -65,15 +65,10 @@ class RecordSource(Protocol):
 
 
 def record_head(text: str) -> tuple[int | None, int | None]:
-    """(seq, usec) from a raw kmsg record ``prio,seq,usec,flags;msg``; None for a field not there."""
+    """(seq, usec) from a raw kmsg record ``prio,seq,usec,flags;msg``; None for a field not there
+    or not a number the kernel writes (ASCII digits, below 2**64: a 400-digit usec is none)."""
     head = text.split(";", 1)[0].split(",", 3)
-    out: list[int | None] = []
-    for i in (1, 2):
-        try:
-            out.append(int(head[i]))
-        except (IndexError, ValueError):
-            out.append(None)
-    return out[0], out[1]
+    return tuple(ascii_uint(head[i]) if i < len(head) else None for i in (1, 2))  # type: ignore[return-value]
 
 
 def held_seqs(parser: KernelLogParser) -> tuple[int, ...]:

@@ -572,6 +572,12 @@ class _RangeReader:
     def __exit__(self, *exc: object) -> None:
         self.f.close()
 
+    def read(self, size: int = -1) -> bytes:
+        n = self.remaining if size is None or size < 0 else min(size, self.remaining)
+        data = self.f.read(n) if n > 0 else b""
+        self.remaining -= len(data)
+        return data
+
     def readinto(self, b: memoryview) -> int:
         n = min(len(b), self.remaining)
         if n <= 0:

@@ -45,6 +45,7 @@ class Agent:
             f'sysfs = "{tmp_path / "sys"}"\nprocfs = "{tmp_path / "proc"}"\n'
             f"[collectors]\nkernel_log = {str(kernel_log).lower()}\nnvml = false\ninfiniband = false\n"
             "edac = false\npcie = false\nnetclass = false\n[validator]\nenabled = false\n"
+            "[kernel_log]\naccept_injected = true\n"  # the test's Xid line comes from user space
             "[http]\nmax_connections = 5000\n")  # more than the open-file limit allows: clamped
         self.log = tmp_path / "agent.log"
         with open(self.log, "wb") as f:

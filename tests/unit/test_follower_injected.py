@@ -91,3 +91,15 @@ def test_config_key_and_flag(tmp_path: Path) -> None:
     p.write_text("[kernel_log]\naccept_injected = 1\n")
     with pytest.raises(cf.ConfigError, match="kernel_log.accept_injected"):
         cf.load(p)
+
+
+def test_a_record_head_with_absurd_numbers_is_no_crash(tmp_path: Path) -> None:
+    """A 400-digit usec or a 5,000-digit seq in a kmsg record: the record is read without them,
+    the follower goes on (it once raised OverflowError turning the usec into seconds)."""
+    from nodewarden.agent.follower import record_head
+    assert record_head("3,12,34,-;x") == (12, 34)
+    assert record_head("3," + "9" * 5000 + "," + "9" * 400 + ",-;x") == (None, None)
+    assert record_head("3,١٢,34,-;x") == (None, 34)  # Arabic-Indic digits are no kernel seq
+    recs = ["3," + "9" * 20 + "," + "9" * 400 + f",-;{XID}\n", f"3,5,2000000,-;{XID}\n"]
+    f, counters, journal = follow(tmp_path, recs, accept=False)
+    assert counters.get(*FAULTS[0]) == 2 and len(journal) == 2 and f.seq == 5  # both Xids kept

@@ -97,7 +97,7 @@ def served() -> Iterator[Callable[[Poller, Counters], Callable[[], tuple[float, 
         srv = AgentHTTPServer(("127.0.0.1", 0), make_registry(counters.snapshot, poller.samples),
                               lambda: {"ok": True})
         servers.append(srv)
-        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
 
         def scrape() -> tuple[float, dict]:

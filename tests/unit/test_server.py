@@ -379,7 +379,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 def test_the_agent_stops_at_start_on_a_bad_web_config(tmp_path) -> None:
     p = _write(tmp_path, "basic_auth_users:\n  prom: hunter2\n")
     base = [sys.executable, "-m", "nodewarden", "agent", "--state-dir", str(tmp_path / "state"), "--listen",
-            "127.0.0.1:0", "--no-validator"]
+            "127.0.0.1:9", "--no-validator"]  # never bound: the web config is refused first
     run = subprocess.run([*base, "--web.config.file", str(p)], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert run.returncode == 2
     assert f"--web.config.file: {p}: basic_auth_users.prom: not a bcrypt hash" in run.stderr
