@@ -19,7 +19,9 @@ from nodewarden.analysis.simulate import simulate
 psutil = pytest.importorskip("psutil")
 
 # Each parsing task is slowed down (in the forked workers too) so that the run is still reading
-# when the signal comes; KILL_IN names a directory whose task kills its own worker.
+# when the signal comes, and writes a line to TASK_LOG when it starts (the work done is counted,
+# not the wall clock: a loaded machine makes every step slower, not the stop later in work);
+# KILL_IN names a directory whose task kills its own worker.
 WRAPPER = textwrap.dedent("""
     import os, signal, sys, time
     from nodewarden.analysis import ingest
@@ -27,6 +29,10 @@ WRAPPER = textwrap.dedent("""
     def slow(files, *a, **kw):
         if os.environ.get("KILL_IN") and files[0].path.parent.name == os.environ["KILL_IN"]:
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("TASK_LOG"):
+            fd = os.open(os.environ["TASK_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            os.write(fd, b"task\\n")
+            os.close(fd)
         time.sleep(0.3)
         return real(files, *a, **kw)
     ingest._read_group = slow
@@ -50,20 +56,27 @@ def _start(args: list[str], env: dict[str, str] | None = None) -> subprocess.Pop
 
 @pytest.mark.parametrize("command", ["events", "analyze"])
 def test_ctrl_c_stops_the_run_and_its_workers(fleet: Path, command: str, tmp_path: Path) -> None:
-    proc = _start([command, str(fleet), "--jobs", "2", "--cache", str(tmp_path / "cache")])
+    tasks = tmp_path / "tasks.log"
+    proc = _start([command, str(fleet), "--jobs", "2", "--cache", str(tmp_path / "cache")],
+                  env={"TASK_LOG": str(tasks)})
     parent = psutil.Process(proc.pid)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while len(parent.children()) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     workers = parent.children(recursive=True)
     assert len(workers) >= 2
-    time.sleep(1.0)
+    while (not tasks.exists() or len(tasks.read_bytes().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)  # both workers busy
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-    t0 = time.monotonic()
-    proc.wait(timeout=20)
-    assert time.monotonic() - t0 < 5
+    started_before = len(tasks.read_bytes().splitlines())
+    proc.wait(timeout=60)
     assert proc.returncode == 130
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    # Stopped at once: at most the tasks the two workers had already been handed start after the
+    # signal, and the run is far from done (the fleet is 40 directories, one task each or more).
+    started = len(tasks.read_bytes().splitlines())
+    assert started - started_before <= 2 * 4, (started_before, started)  # the pool's window: 4 per worker
+    assert started < 40
+    gone, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive
     assert not list((tmp_path / "cache").glob("*.tmp.parquet"))  # none left by the killed workers
     assert "Traceback" not in proc.stderr.read()
