@@ -256,6 +256,9 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
     a = start_agent(state, tmp_path / "agent.log")
     agents.append(a)
     mce0 = a.value(MCE, type="corrected")
+    # The MCE series has no label of this run: a record an earlier test left cut in the ring
+    # buffer may complete now too. Its count is checked against the journal's MCE events.
+    jmce0 = sum(1 for e in journal_events(state) if e["kind"] == "mce")
     assert a.value(XID, **L.xid_labels(0x07, 48)) == 0
 
     write_kmsg(L.xid48(0x07), L.xid79_text(0x08), L.edac(3), *L.mce(), L.ib("DOWN"), L.ib("ACTIVE"))
@@ -270,7 +273,9 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
     assert v(XID, L.xid_labels(0x08, 79)) == 1
     assert v(EDAC, L.edac_labels()) == 3
     assert v(EDAC, L.edac_labels("uncorrected")) == 0
-    assert v(MCE, {"type": "corrected"}) == mce0 + 1
+    jmce = [e for e in journal_events(state) if e["kind"] == "mce"]
+    assert v(MCE, {"type": "corrected"}) - mce0 == len(jmce) - jmce0 >= 1
+    assert [e["attrs"]["tsc"] for e in jmce].count(L.tag) == 1
     assert v(IB, L.ib_labels("DOWN")) == 1
     assert v(IB, L.ib_labels("ACTIVE")) == 1
     assert v("nodewarden_collector_success", {"collector": "kernel_log"}) == 1
@@ -300,7 +305,7 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
     assert v(XID, L.xid_labels(0x09, 79)) == 1
     assert v(EDAC, L.edac_labels()) == 5
     assert v(EDAC, L.edac_labels("uncorrected")) == 1
-    assert v(MCE, {"type": "corrected"}) == mce0 + 1
+    assert v(MCE, {"type": "corrected"}) - mce0 == len([e for e in journal_events(state) if e["kind"] == "mce"]) - jmce0
     assert v(IB, L.ib_labels("DOWN")) == 1
     assert v(IB, L.ib_labels("ACTIVE")) == 1
     mine = [e for e in journal_events(state) if L.pci_domain in (e.get("pci_bus_id") or "")]
