@@ -182,7 +182,10 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
     kinds = args.kind
     if args.command == "analyze" and kinds is not None and "ib_flash_cut" in kinds:
         kinds = kinds | {"ib_link_down", "ib_link_up"}  # the pairs the cuts of the logs come from
-    filters = Filters(since=args.since, until=args.until, kinds=kinds, hosts=hosts, link_grace_s=grace)
+    # The statistics count what the kernel reported: lines user space wrote into the kernel log
+    # (facility not kern) are left out of analyze and counted; `events` lists them, flagged.
+    filters = Filters(since=args.since, until=args.until, kinds=kinds, hosts=hosts, link_grace_s=grace,
+                      kernel_only=args.command == "analyze")
     cache_dir = None
     if not getattr(args, "no_cache", True):
         from nodewarden.analysis.cache import default_dir

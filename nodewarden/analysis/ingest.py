@@ -34,6 +34,7 @@ class IngestStats:
     unparsed: int = 0
     copies_dropped: int = 0
     journal_duplicates: int = 0  # agent-journal records seen before (same host, boot id, seq, kind, Xid)
+    injected: int = 0  # events of records user space wrote (facility not kern), left out by Filters.kernel_only
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -49,6 +50,9 @@ class Filters:
     # IB link down/up events up to this many seconds past ``until`` pass too: a flash cut that
     # begins inside the window may end after it (analyze derives the cuts, then drops them).
     link_grace_s: float = 0.0
+    # Leave out events of records user space wrote into the kernel log (``attrs["injected"]``:
+    # a syslog facility other than kern, e.g. ``echo ... > /dev/kmsg``); counted in stats.injected.
+    kernel_only: bool = False
 
     def match(self, e: FaultEvent) -> bool:
         if self.kinds is not None and e.kind not in self.kinds:
@@ -465,6 +469,9 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
                         journal_seen.add(key)
                 if deduper is not None and not deduper.accept(e, input_id, scope):
                     stats.copies_dropped += 1
+                    continue
+                if filters.kernel_only and e.attrs.get("injected"):
+                    stats.injected += 1
                     continue
                 if filters.match(e):
                     stats.events += 1

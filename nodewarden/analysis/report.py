@@ -150,7 +150,9 @@ def _summary(stats: IngestStats, df: pd.DataFrame) -> list[str]:
     span = f"{t.min().isoformat()} .. {t.max().isoformat()}" if len(t) else "none"
     return [f"inputs read: {stats.files}", f"events: {stats.events}", f"unparsed fault-like lines: {stats.unparsed}",
             f"copies counted once: {stats.copies_dropped}",
-            f"agent-journal records seen before (host, boot id, seq): {stats.journal_duplicates}", f"unreadable inputs: {len(stats.errors)}",
+            f"agent-journal records seen before (host, boot id, seq): {stats.journal_duplicates}",
+            f"lines user space wrote into the kernel log (not faults): {stats.injected}",
+            f"unreadable inputs: {len(stats.errors)}",
             f"hosts: {df['host'].dropna().nunique()}", f"events without a time: {int(df['time'].isna().sum())}",
             f"time span: {span}"]
 
