@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Callable, Generator, Iterable, Iterator
 
-from nodewarden.collectors.kernel_log import InputError, LogFile, events_from_stream, expand_paths, iter_file
+from nodewarden.collectors.kernel_log import InputError, LogFile, drain, events_from_stream, expand_paths, iter_file
 from nodewarden import events as ev
 from nodewarden.events import KINDS, FaultEvent
 from nodewarden.parsing.dedupe import CopyDeduper
@@ -298,19 +298,10 @@ def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | N
             out.append((input_id, None, None, None, None, True))
             continue
         if not isinstance(events, list):
-            events, (records, unparsed, error, counted) = _drain(events)
+            events, (records, unparsed, error, counted) = drain(events)
         n += len(events)
         out.append((input_id, events, records, unparsed, error, counted))
     return out
-
-
-def _drain(it: Streamed) -> tuple[list[FaultEvent], tuple[int | None, int | None, str | None, bool]]:
-    out: list[FaultEvent] = []
-    while True:
-        try:
-            out.append(next(it))
-        except StopIteration as stop:
-            return out, stop.value
 
 
 def _read_group_from(cwd: str, files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,

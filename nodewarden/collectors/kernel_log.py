@@ -21,7 +21,7 @@ import stat
 import time
 import zlib
 from pathlib import Path
-from typing import IO, Generator, Iterable, Iterator
+from typing import IO, Any, Generator, Iterable, Iterator
 
 from nodewarden.events import FaultEvent
 from nodewarden.parsing.envelope import TimeContext, ascii_uint, parse_kmsg_record
@@ -698,20 +698,23 @@ def read_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datet
               source: str = "file", split: bool = True) -> tuple[list[FaultEvent], KernelLogParser]:
     """All events of one file (:func:`iter_file` collected). Raises InputError naming the file
     when it cannot be read, with the events of the part kept."""
-    it = iter_file(f, tz=tz, boot_time=boot_time, source=source, split=split)
-    events: list[FaultEvent] = []
-    while True:
-        try:
-            events.append(next(it))
-        except StopIteration as stop:
-            parser, error = stop.value
-            break
+    events, (parser, error) = drain(iter_file(f, tz=tz, boot_time=boot_time, source=source, split=split))
     if error is not None:
         raise InputError(error, events, parser)
     return events, parser
 
 
 FileEvents = Generator[FaultEvent, None, "tuple[KernelLogParser, str | None]"]
+
+
+def drain(it: Generator[FaultEvent, None, Any]) -> tuple[list[FaultEvent], Any]:
+    """All the events a generator yields, and what it returns."""
+    out: list[FaultEvent] = []
+    while True:
+        try:
+            out.append(next(it))
+        except StopIteration as stop:
+            return out, stop.value
 
 
 def iter_file(f: LogFile, tz: str | dt.tzinfo | None = None, boot_time: dt.datetime | None = None,

@@ -15,26 +15,13 @@ from nodewarden.agent import state as st
 from nodewarden.agent.exporter import Counters
 from nodewarden.agent.follower import KmsgFollower
 
+from test_poller import Records  # a /dev/kmsg stand-in
+
 BOOT = dt.datetime(2026, 11, 29, 8, 0, tzinfo=dt.timezone.utc)
 XID = "NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error"
 EDAC = ("EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 page:0x1 "
         "offset:0x0 grain:32 syndrome:0x0)")
 IB = "mlx5_core 0000:53:00.0 mlx5_3: Port: 1 Link DOWN"
-
-
-class Records:
-    boot_id = "6f0c2a1e-0000-4000-8000-000000000002"
-    overruns = 0
-
-    def __init__(self, records: list[str]) -> None:
-        self.records = records
-
-    def read_available(self, limit: int = 100_000) -> list[str]:
-        out, self.records = self.records[:limit], self.records[limit:]
-        return out
-
-    def wait(self, timeout: float) -> bool:
-        return bool(self.records)
 
 
 def records(prio: int) -> list[str]:

@@ -83,11 +83,5 @@ def test_iter_file_yields_before_the_file_ends_and_returns_counts(tmp_path: Path
     p.write_bytes(LINE * 3)
     it = K.iter_file(K.LogFile(p, "node01"))
     assert next(it).code == 13
-    rest = []
-    while True:
-        try:
-            rest.append(next(it))
-        except StopIteration as stop:
-            parser, error = stop.value
-            break
+    rest, (parser, error) = K.drain(it)
     assert len(rest) == 2 and error is None and parser.stats.records == 3
