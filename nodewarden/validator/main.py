@@ -80,6 +80,15 @@ def run(args: argparse.Namespace) -> int:
         if args.storage_path:
             sets.append(f"storage.path={args.storage_path!r}".replace("'", '"'))
         profile = profiles.apply_config(profile, args.config, sets)
+        for name in names:  # a parameter a check would refuse stops the run before anything runs
+            try:
+                runner.check_params(name, runner.params_for(name, RunContext(profile=profile, quick=args.quick)))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"{name}: {e}") from None
+        for opt, path, is_dir in (("--json", args.json, False), ("--textfile", args.textfile, True)):
+            problem = report.output_problem(path, is_dir) if path is not None else None
+            if problem:
+                raise ValueError(f"{opt}: {problem}")
         baseline = runner.load_baseline(args.baseline) if args.baseline else None
         if baseline is not None and args.tolerance is not None:
             baseline["tolerance"] = args.tolerance

@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable, TextIO
 
@@ -49,11 +50,44 @@ def build(results: list[CheckResult], host: str, profile: str, device: str | Non
 
 
 def write_json(doc: dict[str, Any], path: str | Path) -> None:
-    """Write atomically (temp file + rename) so a reader never sees half a report."""
-    p = Path(path)
+    """Write the report to ``path``: a regular file (or a new one) atomically, a temp file
+    renamed over it in the directory of the file a symlink names, so a reader never sees half a
+    report; anything else (``/dev/stdout``, a FIFO, a device) is written in place, never replaced.
+    Raises OSError."""
+    text = json.dumps(doc, indent=2, default=str) + "\n"
+    p = Path(os.path.realpath(path))
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(p, "w") as f:
+            f.write(text)
+        return
     tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, p)
+
+
+def output_problem(path: str, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take a report (checked before the suite runs), or None. A file:
+    its directory must exist and be writable (a non-regular target is written in place: it must
+    be writable); ``directory``: an existing, writable directory."""
+    if not path:
+        return "an empty path"
+    real = os.path.realpath(path)
+    if directory:
+        if not os.path.isdir(real):
+            return f"{path}: not a directory"
+        return None if os.access(real, os.W_OK) else f"{path}: not writable"
+    if os.path.isdir(real):
+        return f"{path}: is a directory"
+    if os.path.exists(real) and not os.path.isfile(real):
+        return None if os.access(real, os.W_OK) else f"{path}: not writable"
+    parent = os.path.dirname(real) or "."
+    if not os.path.isdir(parent):
+        return f"{path}: no directory {parent}"
+    return None if os.access(parent, os.W_OK) else f"{path}: directory {parent} not writable"
 
 
 def _fmt(value: Any, unit: str) -> str:

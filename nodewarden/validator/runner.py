@@ -15,6 +15,20 @@ from nodewarden.validator.result import ERROR, FAIL, PASS, SKIP, WARN, CheckResu
 BASELINE_TOLERANCE = 0.10  # a rate may fall this far below the node's own healthy baseline
 
 
+def check_params(name: str, params: dict[str, Any]) -> None:
+    """Validate check ``name``'s parameters before anything runs, as its ``run()`` would (its
+    ``validate_params``/``checked_params``). Raises ValueError naming the parameter."""
+    import os
+    mod = checks.get(name)
+    if hasattr(mod, "checked_params"):
+        mod.checked_params(params)
+    elif hasattr(mod, "validate_params"):
+        if name == "cpu":
+            mod.validate_params(params, sorted(os.sched_getaffinity(0)))
+        else:
+            mod.validate_params(params)
+
+
 def params_for(name: str, ctx: RunContext) -> dict[str, Any]:
     """A check's parameters: its DEFAULTS, then QUICK (with --quick), then the profile's table
     (which carries the config file and --set overrides)."""

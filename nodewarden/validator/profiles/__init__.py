@@ -121,7 +121,9 @@ def known_keys(check: str) -> set[str]:
 
 def _known_key(check: str, key: str, where: str) -> None:
     """A misspelt threshold would silently never apply: refuse it, naming it."""
-    keys = known_keys(check)
+    if key.startswith("inject_"):  # the checks' fault-injection hooks: tests set them on run(), no operator
+        raise ProfileError(f"{where}: {key!r} of check {check} is a test hook that injects a fault, not a setting")
+    keys = {k for k in known_keys(check) if not k.startswith("inject_")}
     if key not in keys:
         raise ProfileError(f"{where}: unknown parameter {key!r} of check {check}; known: {', '.join(sorted(keys))}")
 
