@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("events", help="print fault events found in logs as JSON lines")
     add_input_options(ev)
     ev.add_argument("--stats", action="store_true", help="print input/parse counts to stderr at the end")
+    ev.add_argument("--injected", action="store_true",
+                    help="also list events of lines user space wrote into the kernel log (syslog facility "
+                         "not kern, flagged \"injected\"); left out by default, as analyze and the agent do")
     ev.set_defaults(func=cmd_events)
 
     an = sub.add_parser("analyze", help="failure statistics (Fire-Flyer Tables V-VIII, figures) from a fleet's logs")
@@ -182,10 +185,10 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
     kinds = args.kind
     if args.command == "analyze" and kinds is not None and "ib_flash_cut" in kinds:
         kinds = kinds | {"ib_link_down", "ib_link_up"}  # the pairs the cuts of the logs come from
-    # The statistics count what the kernel reported: lines user space wrote into the kernel log
-    # (facility not kern) are left out of analyze and counted; `events` lists them, flagged.
+    # Only the kernel makes a fault: lines user space wrote into the kernel log (facility not
+    # kern) are left out and counted (`events --injected` lists them, flagged).
     filters = Filters(since=args.since, until=args.until, kinds=kinds, hosts=hosts, link_grace_s=grace,
-                      kernel_only=args.command == "analyze")
+                      kernel_only=not getattr(args, "injected", False))
     cache_dir = None
     if not getattr(args, "no_cache", True):
         from nodewarden.analysis.cache import default_dir
@@ -237,7 +240,8 @@ def cmd_events(args: argparse.Namespace) -> int:
     if args.stats:
         print(json.dumps({"files": stats.files, "candidate_records": stats.records, "events": stats.events,
                           "unparsed": stats.unparsed, "copies_dropped": stats.copies_dropped,
-                          "journal_duplicates": stats.journal_duplicates, "errors": len(stats.errors)}), file=sys.stderr)
+                          "journal_duplicates": stats.journal_duplicates, "injected": stats.injected,
+                          "errors": len(stats.errors)}), file=sys.stderr)
     return exitcodes.INCOMPLETE if stats.errors else exitcodes.OK
 
 

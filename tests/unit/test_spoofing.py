@@ -148,3 +148,25 @@ def test_a_json_export_of_a_users_line_is_no_fault(tmp_path: Path, capsys, kind:
     rc, events = run_events(capsys, tmp_path, "\n".join(lines) + "\n")
     assert rc == exitcodes.OK
     assert len(events) == 1 and events[0]["kind"] != "unparsed"
+
+
+@pytest.mark.parametrize("line", [
+    "<14>NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    "14,100,5000000,-;NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    "user  :err   : [  100.000000] NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    "<14>Mar  3 10:00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.",
+    '{"MESSAGE": "NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.", '
+    '"_TRANSPORT": "kernel", "SYSLOG_FACILITY": "1"}',
+], ids=["prio", "kmsg", "decode", "logger-t-kernel", "journal-json"])
+def test_events_and_analyze_leave_out_lines_user_space_wrote(tmp_path, capsys, line: str) -> None:
+    """A record whose envelope says user space wrote it (facility not kern) is no fault for
+    `events` (unless --injected) nor for analyze; it is counted apart."""
+    from nodewarden.cli import main
+    p = tmp_path / "kern.log"
+    p.write_text(line + "\n")
+    assert main(["events", "--stats", "--no-cache", str(p)]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and json.loads(out.err.splitlines()[-1])["injected"] == 1
+    assert main(["events", "--injected", "--no-cache", str(p)]) == 0
+    ev = json.loads(capsys.readouterr().out)
+    assert ev["xid"] == 79 and ev["attrs"]["injected"] is True
