@@ -33,6 +33,8 @@ KEYWORDS: tuple[bytes, ...] = (
     b": Link down",
     b"Port module event",      # mlx5 cable/module events
     b", status: ",             # FreeBSD mlx5en module events
+    b'"MESSAGE":[',            # journalctl -o json: a message with control or non-UTF-8 bytes, as numbers
+    b'"MESSAGE": [',
 )
 
 try:  # optional accelerator: Intel Hyperscan (the [analysis] extra on x86_64)

@@ -462,3 +462,25 @@ def test_json_exports_with_epoch_stamps_in_ms_us_ns_are_read_right(tmp_path: Pat
     assert [(e["kind"], e["pid"]) for e in events] == [("xid", 1)]
     assert (rc, [e["time"] for e in events]) == (exitcodes.OK, ["2024-12-01T09:25:25.123000Z" if unit == "ms" else
                                                                  "2024-12-01T09:25:25.123456Z"])
+
+
+@pytest.mark.parametrize("scanner", ["default", "find"])
+def test_a_journal_json_message_given_as_bytes_is_read(tmp_path: Path, scanner: str) -> None:
+    """journalctl -o json writes a message holding control or non-UTF-8 bytes as an array of
+    numbers: such a record is a candidate for the scan and its Xid counted (it was dropped)."""
+    import json as _json
+    import os
+    import subprocess
+    import sys
+    msg = "NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x\x01, GPU has fallen off the bus."
+    p = tmp_path / "journal.json"
+    p.write_text(_json.dumps({"MESSAGE": list(msg.encode()), "_TRANSPORT": "kernel", "SYSLOG_FACILITY": "0",
+                              "__REALTIME_TIMESTAMP": "1733050000000000"}, separators=(",", ":")) + "\n"
+                 + _json.dumps({"MESSAGE": list(msg.encode()), "_TRANSPORT": "kernel"}) + "\n")
+    env = {**os.environ, **({"NODEWARDEN_SCANNER": "find"} if scanner == "find" else {})}
+    r = subprocess.run([sys.executable, "-m", "nodewarden", "events", "--no-cache", str(p)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    events = [_json.loads(line) for line in r.stdout.splitlines()]
+    assert [(e["xid"], e["pci_bus_id"]) for e in events] == [(79, "0000:07:00.0")] * 2
+    assert events[0]["time"] == "2024-12-01T10:46:40Z"
