@@ -97,7 +97,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets: [{host}]:{port}")
+        raise ValueError(f"write an IPv6 address in brackets: [{host.strip('[]')}]:{port}")
     if not (port.isascii() and port.isdigit()):
         raise ValueError(f"port {port!r} is not a number (ASCII digits 0-9 only)")
     num = int(port)

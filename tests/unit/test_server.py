@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import bcrypt
+import re
+
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily
@@ -438,3 +440,18 @@ def test_connections_stuck_before_the_tls_handshake_make_room(serve, tmp_path, c
     finally:
         for s in idle:
             s.close()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[::1:9764", "in brackets: [::1]:9764"),
+    ("::1:9764", "in brackets: [::1]:9764"),
+    ("127.0.0.1:0", "port 0"),
+    ("127.0.0.1:+9764", "not a number"),
+    ("127.0.0.1:٩٧٦٤", "not a number"),
+    (" 127.0.0.1:9764", "no spaces"),
+])
+def test_listen_addresses_refused_with_the_right_hint(text: str, message: str) -> None:
+    from nodewarden.agent.server import parse_listen
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_listen(text)
+    assert parse_listen("[::1]:9764") == ("::1", 9764)
