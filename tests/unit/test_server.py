@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import http.client
 import logging
+import re
 import socket
 import ssl
 import subprocess
@@ -18,8 +19,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import bcrypt
-import re
-
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily
