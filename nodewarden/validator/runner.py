@@ -134,7 +134,10 @@ def load_baseline(path: str | Path) -> dict[str, Any] | None:
     p = Path(path)
     if not p.exists():
         return None
-    doc = json.loads(p.read_text())
+    try:
+        doc = json.loads(p.read_text())
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not a nodewarden baseline (not JSON: {e})") from None
     if not isinstance(doc, dict) or "checks" not in doc:
         raise ValueError(f"{path}: not a nodewarden baseline (no 'checks' key)")
     tol = doc.get("tolerance", BASELINE_TOLERANCE)

@@ -63,3 +63,11 @@ def test_an_injection_hook_in_a_config_file_is_refused(tmp_path: Path, capsys) -
     assert main(["validate", "--checks", "host_memory_bandwidth", "--config", str(cfg), "--no-progress"]) \
         == exitcodes.USAGE
     assert "inject_corrupt_element" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b"[1, 2]"])
+def test_a_bad_baseline_file_is_named(tmp_path: Path, capsys, content: bytes) -> None:
+    base = tmp_path / "base.json"
+    base.write_bytes(content)
+    assert main([*LINKS, "--baseline", str(base)]) == exitcodes.USAGE
+    assert f"{base}: not a nodewarden baseline" in capsys.readouterr().err
