@@ -158,7 +158,18 @@ class KmsgFollower:
     def _catch_up(self, records: list[str], t0: float) -> int:
         if self.resume is not None and records:
             newest = max((s for s in (record_head(r)[0] for r in records) if s is not None), default=None)
-            if newest is not None and newest < self.resume.seq:
+            if newest is not None and newest < self.resume.seq and self.boot_id is not None:
+                # The same boot (its id is known and equal): sequence numbers never go back, so
+                # the cursor is none the agent wrote. The journal says what was counted.
+                top = max((int(e.attrs["seq"]) for e in journal_tail(self.store.dir, self.boot_id, None,
+                                                                      self.boot_time)), default=None)
+                at = top if top is not None else newest
+                log.error("saved cursor %d is past the kernel ring buffer's end %d in the same boot %s: "
+                          "not a cursor the agent wrote; resuming after seq %d (%s)", self.resume.seq, newest,
+                          self.boot_id, at, "the newest journaled record" if top is not None else "the buffer's end")
+                self.resume = KmsgPosition(self.boot_id, at)
+                self.journaled, self.seq = frozenset(), at
+            elif newest is not None and newest < self.resume.seq:
                 log.info("kernel ring buffer ends at seq %d, before the saved cursor %d: a reboot; "
                          "counting the whole buffer", newest, self.resume.seq)
                 self.resume, self.journaled, self.seq = None, frozenset(), None

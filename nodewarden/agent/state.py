@@ -57,6 +57,7 @@ import dataclasses
 import datetime as dt
 import errno
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -292,7 +293,7 @@ def load_state(state_dir: Path) -> AgentState:
     except FileNotFoundError:
         return AgentState()
     try:
-        return AgentState.from_dict(json.loads(data, parse_constant=_no_constant))
+        return AgentState.from_dict(_verified(json.loads(data, parse_constant=_no_constant)))
     except (ValueError, RecursionError) as e:  # json.JSONDecodeError is a ValueError
         log.error("%s: unreadable state (%s); starting from empty counters", path, e)
         try:
@@ -300,6 +301,33 @@ def load_state(state_dir: Path) -> AgentState:
         except OSError:
             pass
         return AgentState()
+
+
+CHECKSUM_KEY = "sha256"
+
+
+def _canonical(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def state_bytes(state: AgentState) -> bytes:
+    """``state.json``'s content: the state and the SHA-256 of its canonical JSON, so that a file
+    the agent did not write as it is (edited by hand, a cursor or boot id changed, bit rot) is
+    told apart and set aside, never taken for a cursor that would count records twice."""
+    doc = state.to_dict()
+    doc[CHECKSUM_KEY] = hashlib.sha256(_canonical(doc)).hexdigest()
+    return _canonical(doc)
+
+
+def _verified(doc: Any) -> Any:
+    """``doc`` without its checksum; ValueError when the checksum does not match. A file with no
+    checksum (written by nodewarden 0.1.0) is taken as it is."""
+    if not isinstance(doc, dict) or CHECKSUM_KEY not in doc:
+        return doc
+    want = doc.pop(CHECKSUM_KEY)
+    if not isinstance(want, str) or hashlib.sha256(_canonical(doc)).hexdigest() != want:
+        raise ValueError("checksum mismatch: not the content the agent wrote")
+    return doc
 
 
 def remove_temp_files(state_dir: Path) -> int:
@@ -584,7 +612,7 @@ class StateStore:
 
     def save(self, state: AgentState) -> bool:
         """Write ``state.json`` atomically. True on success."""
-        data = json.dumps(state.to_dict(), separators=(",", ":"), sort_keys=True).encode()
+        data = state_bytes(state)
         try:
             write_atomic(self.dir / STATE_FILE, data)
         except OSError as e:

@@ -369,3 +369,60 @@ def test_a_flash_cut_journaled_before_the_crash_is_counted_once_and_not_journale
     assert g.counters.get(ex.FLASH_CUTS, ("mlx5_0", "1")) == 1
     assert g.counters.get(ex.IB_LINK, ("mlx5_0", "1", "DOWN")) == 1
     assert sorted(e["kind"] for e in journal(tmp_path)) == kinds
+
+
+# ---------------------------------------------------------------------------------------------
+# a state.json the agent did not write as it is
+
+def _edit_state(d: Path, edit) -> None:
+    doc = json.loads((d / "state.json").read_text())
+    edit(doc)
+    (d / "state.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda doc: doc["kmsg"].update(boot_id="11111111-2222-3333-4444-555555555555"),  # a copied or restored file
+    lambda doc: doc["kmsg"].update(seq=doc["kmsg"]["seq"] + 10 ** 6),
+    lambda doc: doc["counters"][0].update(value=doc["counters"][0]["value"] + 1),
+], ids=["boot-id", "cursor", "counter"])
+def test_a_hand_edited_state_file_is_set_aside_and_nothing_counted_twice(tmp_path: Path, edit) -> None:
+    """A tester changed state.json's boot id (or moved its cursor past the buffer's end): the
+    journal's events of this boot were counted again on top of the saved counters (610 -> 1220).
+    state.json carries a checksum now: an edited file is set aside like a corrupt one."""
+    buf = Buffer()
+    for _ in range(5):
+        buf.log(XID48, NOISE)
+    start(tmp_path, buf)
+    _edit_state(tmp_path, edit)
+    g = start(tmp_path, buf)
+    assert (tmp_path / "state.json.corrupt").exists()
+    assert xid48(g) == 5  # rebuilt from the journal of this boot, once
+    assert len(journal(tmp_path)) == 5
+
+
+def test_a_cursor_past_the_buffer_of_the_same_boot_resumes_after_the_journal(tmp_path: Path) -> None:
+    """A cursor of this boot past the ring buffer's end cannot be a reboot (sequence numbers never
+    go back within a boot): it was counted as one, and the whole buffer again (3600 -> 7600).
+    Even when such a cursor carries a valid checksum, the journal says what was counted."""
+    buf = Buffer()
+    for _ in range(4):
+        buf.log(XID48)
+    f = start(tmp_path, buf)
+    saved = st.load_state(tmp_path)
+    st.StateStore(tmp_path).save(st.AgentState(kmsg=st.KmsgPosition(BOOT, saved.kmsg.seq + 10 ** 6),
+                                               counters=saved.counters))
+    buf.log(XID48)  # logged while the agent was down, after the last journaled record
+    g = start(tmp_path, buf)
+    assert xid48(f) == 4 and xid48(g) == 5
+    assert len(journal(tmp_path)) == 5
+    assert st.load_state(tmp_path).kmsg.seq == 4
+
+
+def test_a_state_file_without_checksum_is_read(tmp_path: Path) -> None:
+    """state.json of nodewarden 0.1.0 has no checksum: its cursor and counters still count."""
+    buf = Buffer()
+    buf.log(XID48, XID48)
+    start(tmp_path, buf)
+    _edit_state(tmp_path, lambda doc: doc.pop("sha256"))
+    g = start(tmp_path, buf)
+    assert not (tmp_path / "state.json.corrupt").exists() and xid48(g) == 2
