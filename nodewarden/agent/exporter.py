@@ -452,7 +452,8 @@ class AgentCollector(Collector):
     from ``snapshot()`` (a :meth:`Counters.snapshot`), then the polled collectors' families from
     ``polled()`` (``(collector, Sample)`` pairs, see :func:`check_samples`), by name. Families of
     the agent without samples are still yielded (HELP/TYPE only), so a scrape shows every series
-    the agent can export.
+    the agent can export; a counter without labels is 0 until it rises (``increase()`` sees its
+    first loss or overrun).
 
     A snapshot that raises serves the last good one instead (a scrape never breaks). A contract
     problem in the polled samples is logged once (as a warning; after that at debug level)."""
@@ -501,6 +502,8 @@ def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
         samples = sorted(by_family.get(fam.name, ()))
         if fam is BUILD_INFO:
             samples = [((__version__,), 1.0)]
+        elif not samples and not fam.labels and fam.type == "counter":
+            samples = [((), 0.0)]  # a counter without labels exists from the start: its first rise is seen
         cls = CounterMetricFamily if fam.type == "counter" else GaugeMetricFamily
         metric = cls(fam.name, fam.help, labels=list(fam.labels))
         for labels, value in samples:

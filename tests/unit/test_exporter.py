@@ -91,6 +91,10 @@ def test_known_events_give_exact_series(procfs: Path) -> None:
         key("nodewarden_collector_events_total", collector="kernel_log", kind="ib_link_up"): 1,
         key("nodewarden_collector_events_total", collector="kernel_log", kind="net_link_down"): 1,
         key("nodewarden_build_info", version=__version__): 1,
+        # counters without labels are there from the start, at 0 (their first rise is seen)
+        key("nodewarden_collector_kmsg_overruns_total"): 0,
+        key("nodewarden_collector_kmsg_lost_records_total"): 0,
+        key("nodewarden_collector_state_write_errors_total"): 0,
     }
     assert s == expected
 
