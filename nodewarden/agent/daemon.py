@@ -218,6 +218,25 @@ def _prune_loop(store: st.StateStore, stop: threading.Event) -> None:
             log.exception("pruning the event journal failed")
 
 
+def open_to_network(host: str, web: Any) -> str | None:
+    """Why serving on ``host`` with web config ``web`` exposes the node's fault history and the
+    agent itself to the network (a non-loopback address without TLS or without basic auth), or
+    None."""
+    import ipaddress
+    try:
+        loopback = host not in ("", "0.0.0.0", "::") and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback:
+        return None
+    missing = [what for what, have in (("TLS", web is not None and web.ssl_context is not None),
+                                       ("basic auth", web is not None and bool(web.users))) if not have]
+    if not missing:
+        return None
+    return (f"listening beyond this machine without {' or '.join(missing)}: anyone who reaches it reads "
+            "this node's fault history; set [http] web_config_file (see README)")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT. Returns the exit code: 0 after a clean stop, 2 for a
     bad configuration, ``--listen`` or ``--state-dir`` (message on stderr)."""
@@ -287,6 +306,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"{opt('--listen', 'listen')} {cfg.listen}: {e}")
     http = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     http.start()
+    exposure = open_to_network(addr[0], web)
+    if exposure:
+        log.warning("%s: %s", cfg.listen, exposure)
     log.info("nodewarden %s agent on %s: serving %s://%s/metrics (%s, at most %d connections), state in %s%s; "
              "polled collectors: %s; validator: %s", __version__, host, server.scheme, cfg.listen,
              f"web config {web.source}{', basic auth' if web.users else ''}" if web else "no TLS, no auth",

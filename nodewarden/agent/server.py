@@ -91,6 +91,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     """
     if any(c.isspace() or c == "\0" for c in text):
         raise ValueError(f"no spaces or control characters allowed in HOST:PORT, got {text!r}")
+    if text.startswith("[") and (text.endswith("]") or "]" not in text):
+        raise ValueError(f"expected [IPv6 address]:PORT, got {text!r} (no port after the brackets)"
+                         if text.endswith("]") else f"expected [IPv6 address]:PORT, got {text!r} (no closing bracket)")
     host, sep, port = text.rpartition(":")
     if not sep or not port:
         raise ValueError(f"expected HOST:PORT, got {text!r}")

@@ -442,7 +442,8 @@ def test_connections_stuck_before_the_tls_handshake_make_room(serve, tmp_path, c
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[::1:9764", "in brackets: [::1]:9764"),
+    ("[::1:9764", "no closing bracket"),
+    ("[::1]", "no port after the brackets"),
     ("::1:9764", "in brackets: [::1]:9764"),
     ("127.0.0.1:0", "port 0"),
     ("127.0.0.1:+9764", "not a number"),
@@ -454,3 +455,18 @@ def test_listen_addresses_refused_with_the_right_hint(text: str, message: str) -
     with pytest.raises(ValueError, match=re.escape(message)):
         parse_listen(text)
     assert parse_listen("[::1]:9764") == ("::1", 9764)
+
+
+@pytest.mark.parametrize("host, tls, users, exposed", [
+    ("127.0.0.1", False, False, False), ("::1", False, False, False), ("localhost", False, False, False),
+    ("", False, False, True), ("0.0.0.0", True, False, True), ("::", False, True, True), ("192.0.2.7", True, True, False),
+])
+def test_listening_beyond_loopback_without_tls_and_auth_is_warned(host: str, tls: bool, users: bool,
+                                                                   exposed: bool) -> None:
+    from types import SimpleNamespace
+    from nodewarden.agent.daemon import open_to_network
+    web = SimpleNamespace(ssl_context=object() if tls else None, users={"prom": b"x"} if users else {})
+    warning = open_to_network(host, web if (tls or users) else None)
+    assert (warning is not None) == exposed
+    if exposed:
+        assert "without" in warning and "web_config_file" in warning
