@@ -102,6 +102,15 @@ def stop(p: subprocess.Popen[bytes]) -> None:
             p.wait(timeout=10)
 
 
+
+def start_prometheus(config: Path, port: int, workdir: Path, log: Path) -> subprocess.Popen[bytes]:
+    """A real Prometheus on 127.0.0.1:``port`` with ``config``, its TSDB in ``workdir``, output in ``log``."""
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            [str(PROMETHEUS), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
+            cwd=workdir, stdout=f, stderr=subprocess.STDOUT)
+
 def test_faults_reach_prometheus(tmp_path: Path) -> None:
     from tests import nvmlsim
 
@@ -144,11 +153,7 @@ def test_faults_reach_prometheus(tmp_path: Path) -> None:
         with open(logs["agent"], "wb") as f:
             procs["agent"] = subprocess.Popen([sys.executable, "-m", "nodewarden", "agent", "--config", str(config)],
                                               cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
-        with open(logs["prometheus"], "wb") as f:
-            procs["prometheus"] = subprocess.Popen(
-                [str(PROMETHEUS), f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
-                cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT)
+        procs["prometheus"] = start_prometheus(prom_config, prom_port, tmp_path, logs["prometheus"])
         prom = Prom(prom_port)
 
         def w(what: str, check: Callable[[], bool]) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 from kmsgtools import free_port
-from test_prometheus_e2e import PROMETHEUS, Prom, http_get, stop, wait_for
+from test_prometheus_e2e import PROMETHEUS, Prom, http_get, start_prometheus, stop, wait_for
 
 from tests import tlscerts
 
@@ -67,11 +67,7 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path: Path) -> None:
             procs["agent"] = subprocess.Popen(
                 [sys.executable, "-m", "nodewarden", "agent", "--config", str(config), "--web.config.file", str(web)],
                 cwd=tmp_path, env=env, stdout=f, stderr=subprocess.STDOUT)
-        with open(logs["prometheus"], "wb") as f:
-            procs["prometheus"] = subprocess.Popen(
-                [str(PROMETHEUS), f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{prom_port}", "--storage.tsdb.retention.time=1h"],
-                cwd=tmp_path, stdout=f, stderr=subprocess.STDOUT)
+        procs["prometheus"] = start_prometheus(prom_config, prom_port, tmp_path, logs["prometheus"])
         prom = Prom(prom_port)
         wait_for("the good job up", lambda: prom.value('up{job="good"}') == 1, procs, logs)
         wait_for("nodewarden_build_info over TLS", lambda: prom.value(
