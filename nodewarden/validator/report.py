@@ -141,25 +141,20 @@ def print_table(results: Iterable[CheckResult], stream: TextIO) -> None:
                      f"{r.reason}\n")
 
 
+def status_lines(results: Iterable[CheckResult], status: str) -> list[str]:
+    """One line per check of ``status``, fit for a Slurm drain reason (no newlines, <= 200 chars)."""
+    return [f"nodewarden {r.check}: {r.reason}".replace("\n", " ")[:200] for r in results if r.status == status]
+
+
 def drain_lines(results: Iterable[CheckResult], host: str) -> list[str]:
-    """One line per failed check, fit for a Slurm drain reason (no newlines, <= 200 chars)."""
-    lines = []
-    for r in results:
-        if r.status == FAIL:
-            text = f"nodewarden {r.check}: {r.reason}".replace("\n", " ")
-            lines.append(text[:200])
-    return lines
+    """One line per failed check: the Slurm drain reason."""
+    return status_lines(results, FAIL)
 
 
 def incomplete_lines(results: Iterable[CheckResult], host: str) -> list[str]:
-    """One line per check that could not complete (status ``error``), same form as
-    :func:`drain_lines`: what the Slurm wrapper logs for exit 3."""
-    lines = []
-    for r in results:
-        if r.status == ERROR:
-            text = f"nodewarden {r.check}: {r.reason}".replace("\n", " ")
-            lines.append(text[:200])
-    return lines
+    """One line per check that could not complete (status ``error``): what the Slurm wrapper
+    logs for exit 3."""
+    return status_lines(results, ERROR)
 
 
 def write_textfile(results: Iterable[CheckResult], directory: str | Path, finished: dt.datetime) -> Path:
