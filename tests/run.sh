@@ -11,6 +11,13 @@ if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null 2>&1 \
         || echo "warning: could not install prometheus/promtool; its checks will be skipped" >&2
 fi
+# Alertmanager receives the alerts of the dashboards/ rules in the alerting end-to-end test.
+if ! command -v prometheus-alertmanager >/dev/null 2>&1 && ! command -v alertmanager >/dev/null 2>&1 \
+        && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    command -v promtool >/dev/null 2>&1 && { apt-get update -qq >/dev/null 2>&1 || true; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus-alertmanager >/dev/null 2>&1 \
+        || echo "warning: could not install prometheus-alertmanager; the alerting test will be skipped" >&2
+fi
 # openssl makes the TLS tests' certificates (the agent's --web.config.file).
 if ! command -v openssl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null 2>&1 \

@@ -1,0 +1,124 @@
+"""PromQL building blocks shared by the rules and the panels."""
+
+from __future__ import annotations
+
+import re
+
+from nodewarden import catalog
+
+from .config import Config
+
+
+def sel(cfg: Config, metric: str, *matchers: str) -> str:
+    """``metric{job="nodewarden",<matchers>}``."""
+    inner = ",".join(m for m in (cfg.job_selector, *matchers) if m)
+    return f"{metric}{{{inner}}}"
+
+
+def exact_increase(series: str, window: str) -> str:
+    """The increase of each counter series since ``window`` ago, without ``increase()``'s
+    extrapolation (an integer for integer counters): the difference to the value then, or after
+    a counter reset the value itself (counted from 0). No result for a series without a sample
+    ``window`` ago. ``series`` is a selector (no range)."""
+    return f"({series} - {series} offset {window} >= 0) or ({series} < {series} offset {window})"
+
+
+def window_increase(series: str, window: str) -> str:
+    """:func:`exact_increase`, and ``increase()`` for a series that had no sample ``window`` ago
+    (Prometheus or the target were down then): for counters that exist from the agent's first
+    poll at whatever value the hardware holds (GPU ECC, sysfs EDAC, NVLink), where a series
+    first seen is old errors, not new ones."""
+    return f"{exact_increase(series, window)} or increase({series}[{window}])"
+
+
+def _born(cfg: Config, series: str, window: str, born: str | None, ignoring: str) -> str:
+    born = born or series
+    up = sel(cfg, "up")
+    ign = f" ignoring({ignoring})" if ignoring else ""
+    return f"(({series} unless{ign} {born} offset {window}) and on(job, instance) ({up} offset {window} == 1))"
+
+
+def increase_with_first(cfg: Config, series: str, window: str, born: str | None = None,
+                        ignoring: str = "") -> str:
+    """Counter increase over ``window`` that also counts a series born inside it.
+
+    The agent creates a labelled counter (an Xid on a GPU, a flash cut on a port) at its first
+    event, with value 1; Prometheus 2's ``increase()`` starts at the first sample it has and
+    so never counts that first event. A series absent ``window`` ago while its target was
+    scraped then is new: all of its value happened inside the window. Other series: their
+    :func:`window_increase`. ``series`` is a selector (no range); ``born`` the series judged
+    for birth (default ``series``; a recording rule passes the raw counter it relabels, so
+    that loading the rules does not make every old fault new), ``ignoring`` the labels the
+    recording rule added."""
+    return f"{_born(cfg, series, window, born, ignoring)} or {window_increase(series, window)}"
+
+
+def interval_increase(cfg: Config, series: str, interval: str, born: str | None = None,
+                      ignoring: str = "") -> str:
+    """The exact increase of each counter series since the previous evaluation, ``interval``
+    ago: no extrapolation, so ``sum_over_time()`` of it over a range telescopes to the range's
+    count (an integer), as long as the rule group is evaluated every ``interval``: the
+    :func:`exact_increase`, or all of a series born since then (see :func:`increase_with_first`;
+    a series first seen after a gap in the scrapes counts nothing)."""
+    return f"{exact_increase(series, interval)} or {_born(cfg, series, interval, born, ignoring)}"
+
+
+def xid_codes_by_action(policy: catalog.Policy | None = None) -> dict[str, tuple[int, ...]]:
+    """Catalogued Xid codes grouped by the policy's action (drain, reset_gpu, restart_app,
+    ignore, investigate)."""
+    policy = policy or catalog.load_policy()
+    out: dict[str, list[int]] = {}
+    for code in catalog.codes():
+        out.setdefault(policy.action(code), []).append(code)
+    return {a: tuple(c) for a, c in sorted(out.items())}
+
+
+def hardware_xid_codes(policy: catalog.Policy | None = None) -> tuple[int, ...]:
+    """Codes the policy marks hardware (they take the node out of scheduling)."""
+    policy = policy or catalog.load_policy()
+    return tuple(c for c in catalog.codes() if policy.is_hardware(c))
+
+
+def regex(codes: tuple[int, ...]) -> str:
+    """``(48, 63, 79)`` -> ``"48|63|79"`` (anchored by PromQL's ``=~``)."""
+    return "|".join(str(c) for c in codes)
+
+
+def expand_grafana(expr: str, *, range_s: int = 3600, interval_s: int = 60, cluster: str = ".*",
+                   node: str = ".*", extra: dict[str, str] | None = None) -> str:
+    """Substitute Grafana's template variables so that Prometheus can run a panel's query:
+    ``$__range``/``$__interval``/``$__rate_interval`` as durations, ``$cluster``/``$node`` (and
+    ``extra``) as regex values (panels use them with ``=~``). ``${name}`` and ``$name`` both."""
+    values = {"__range_s": str(range_s), "__range_ms": str(range_s * 1000), "__range": f"{range_s}s",
+              "__rate_interval": f"{max(4 * interval_s, 60)}s", "__interval_ms": str(interval_s * 1000),
+              "__interval": f"{interval_s}s", "cluster": cluster, "node": node, **(extra or {})}
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    return expr
+
+
+_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+                       "offset", "bool", "inf", "nan", "atan2", "start", "end"})
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_RANGE = re.compile(r"\[[^\[\]]*\]")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_IDENT = re.compile(r"(?<![\w:.$])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(\s*\()?")
+
+
+def metric_names(expr: str) -> set[str]:
+    """The metric (and recording-rule) names an expression selects: identifiers that are not
+    functions, keywords, label names of grouping clauses, strings or durations.
+    ``sum by (node) (rate(nodewarden_x_total{a="b"}[5m])) > 0`` -> ``{"nodewarden_x_total"}``."""
+    text = _STRING.sub('""', expr)
+    text = _GROUPING.sub(" ", text)
+    text = _MATCHERS.sub(" ", text)
+    text = _RANGE.sub(" ", text)
+    text = re.sub(r"\boffset\s+-?[0-9a-zA-Z$_]+", " ", text)
+    names = set()
+    for m in _IDENT.finditer(text):
+        name, call = m.group(1), m.group(2)
+        if call or name in _KEYWORDS or re.fullmatch(r"[0-9.]+[smhdwy]?", name):
+            continue
+        names.add(name)
+    return names

@@ -1,0 +1,430 @@
+"""The Prometheus alerting and recording rules, as rule-group dicts.
+
+:data:`ALERTS` is the table of every alert (name, severity, what it means); :func:`alert_groups`
+builds their rules and :func:`recording_groups` the recording rules, both from a
+:class:`~dashboards.mixin.config.Config`. The build writes them to ``alerts/nodewarden-alerts.yaml``
+and ``rules/nodewarden-rules.yaml``; ``dashboards/tests/*.yaml`` are their promtool unit tests
+and ``dashboards/runbooks.md`` has one section per alert (anchor: the name in lower case).
+
+Counters and windows, the two kinds of "it happened" expression used here:
+
+* Counters the agent creates at their first event, with value 1 (Xid per GPU and code, MCE and
+  kernel-log EDAC per type, flash cuts): :func:`promql.increase_with_first`, because
+  ``increase()`` never counts a series' first sample.
+* Counters that exist from the agent's first poll at whatever value the hardware holds (GPU ECC,
+  sysfs EDAC, NVLink, kmsg loss): :func:`promql.window_increase` (the exact difference, not
+  ``increase()``'s extrapolation, so a description quotes the count itself), which gives 0 for
+  a counter that is non-zero but flat, so an old error never pages.
+
+Every alert keeps the target's labels (``job``, ``instance``, ``node``, ``cluster``) and the
+device's, and says in its description which node and device, and what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import promql
+from .config import Config
+from .promql import sel
+
+RUNBOOK = "https://github.com/nodewarden/nodewarden/blob/main/dashboards/runbooks.md#"
+SEVERITIES = ("critical", "warning", "info")
+
+XID = "nodewarden_gpu_xid_errors_total"
+XID_POLICY = "gpu_xid:nodewarden_gpu_xid_errors_total:policy"
+# Exact counts per evaluation interval, for the failure-statistics tables over long ranges
+# (promql.interval_increase): one series per cluster and code (or kind), not per GPU.
+CLUSTER_XID = "cluster_xid:nodewarden_gpu_xid_errors:interval_increase"
+CLUSTER_EDAC = "cluster:nodewarden_edac_errors:interval_increase"
+CLUSTER_FLASH_CUTS = "cluster:nodewarden_ib_flash_cuts:interval_increase"
+EDAC_CE, EDAC_UE = "nodewarden_edac_correctable_errors_total", "nodewarden_edac_uncorrectable_errors_total"
+
+# DCGM's NVLink health watch (modules/health/DcgmHealthWatch.cpp, limits in
+# dcgm_gpu_hardware_limits.h): a CRC (flit or data) error counter fails the watch at
+# DCGM_LIMIT_MAX_NVLINK_CRC_ERROR = 100 errors per second ("RM has informed us that CRC errors
+# only matter at rates of 100+ per second"); any rise of the replay or recovery counter
+# (DCGM_LIMIT_MAX_NVLINK_ERROR = 1) fails it. The alert uses the same limits.
+NVLINK_CRC_PER_SECOND = 100
+NVLINK_REPLAY_RECOVERY_COUNT = 1
+NVIDIA_VENDOR = "0x10de"
+HARDWARE = 'hardware="true"'
+CURRENT, MAX = 'which="current"', 'which="max"'
+# "GPU 3 (0000:5d:00.0, GPU-ceee...) on gpu-a": the bus id and uuid when the series has them
+GPU = ("GPU [[gpu]]{{ with $labels.pci_bus_id }} ({{ . }}{{ with $labels.uuid }}, {{ . }}{{ end }}){{ end }}"
+       " on [[node]]")
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    """One alert: its name (``NodewardenGpuLost``), ``severity`` label (critical pages, warning
+    tickets), the rule group it is in, and one sentence saying what it means."""
+
+    name: str
+    severity: str
+    group: str
+    meaning: str
+
+    @property
+    def runbook_url(self) -> str:
+        return RUNBOOK + self.name.lower()
+
+
+ALERTS: tuple[Alert, ...] = (
+    Alert("NodewardenGpuLost", "critical", "nodewarden-gpu",
+          "NVML answers GPU_IS_LOST for a GPU: it fell off the bus (Xid 79) and no job can use it."),
+    Alert("NodewardenGpuUncorrectableEcc", "critical", "nodewarden-gpu",
+          "The GPU's volatile uncorrected ECC counter rose: a double-bit error in its memory."),
+    Alert("NodewardenGpuRowRemapFailure", "critical", "nodewarden-gpu",
+          "The GPU could not remap a failing memory row (spare rows used up): it needs replacing."),
+    Alert("NodewardenGpuRowRemapPending", "warning", "nodewarden-gpu",
+          "A row remap is recorded but takes effect only after a GPU reset."),
+    Alert("NodewardenGpuHardwareXid", "critical", "nodewarden-gpu",
+          "An Xid the policy marks hardware (drain or reset_gpu) was logged; never an application Xid."),
+    Alert("NodewardenGpuNvlinkErrors", "warning", "nodewarden-gpu",
+          "An NVLink link replays or recovers, or has CRC errors at 100/s or more (DCGM's limits)."),
+    Alert("NodewardenIbFlashCutStorm", "warning", "nodewarden-infiniband",
+          "One IB port dropped and came back (flash cut) several times within the storm window."),
+    Alert("NodewardenIbPortDown", "critical", "nodewarden-infiniband",
+          "An IB/RoCE port has not been ACTIVE for the long `for` period."),
+    Alert("NodewardenIbPortDegraded", "warning", "nodewarden-infiniband",
+          "An ACTIVE port runs below the fastest port of the same link layer and board on its node."),
+    Alert("NodewardenEdacUncorrectable", "critical", "nodewarden-host",
+          "EDAC counted an uncorrectable CPU memory error on a DIMM."),
+    Alert("NodewardenEdacCorrectableRate", "warning", "nodewarden-host",
+          "A DIMM's corrected errors reached the mcelog threshold (10 in 24 h by default): it is failing."),
+    Alert("NodewardenMachineCheck", "critical", "nodewarden-host",
+          "The kernel logged an uncorrected machine check (CPU, cache, memory controller or bus)."),
+    Alert("NodewardenPcieLinkDowntrained", "warning", "nodewarden-host",
+          "A PCIe link trained below its maximum width (or generation, for non-NVIDIA functions)."),
+    Alert("NodewardenValidatorFailed", "critical", "nodewarden-validator",
+          "A check of the last scheduled `nodewarden validate` run failed: the node should be drained."),
+    Alert("NodewardenValidatorStale", "warning", "nodewarden-validator",
+          "The node's last validator run is older than the stale limit (8 days), or it never ran."),
+    Alert("NodewardenAgentDown", "warning", "nodewarden-agent",
+          "Prometheus cannot scrape the agent: the node is down, or the agent, or the network."),
+    Alert("NodewardenCollectorFailing", "warning", "nodewarden-agent",
+          "One of the agent's collectors fails or hangs: its series are missing or stale."),
+    Alert("NodewardenKmsgRecordsLost", "warning", "nodewarden-agent",
+          "The kernel-log reader lost records: faults in them were not counted."),
+)
+BY_NAME: dict[str, Alert] = {a.name: a for a in ALERTS}
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+def _t(text: str) -> str:
+    """``[[node]]`` -> ``{{ $labels.node }}``, ``[[count]]`` -> the value as a whole number,
+    ``[[value]]`` -> the value humanized: Go templates without brace escaping in Python."""
+    text = text.replace("[[count]]", '{{ printf "%.0f" $value }}').replace("[[value]]", "{{ $value | humanize }}")
+    out = []
+    for i, part in enumerate(text.split("[[")):
+        if i == 0:
+            out.append(part)
+            continue
+        name, sep, rest = part.partition("]]")
+        out.append(("{{ $labels.%s }}" % name if sep else "[[" + name) + rest)
+    return "".join(out)
+
+
+def _alert(name: str, expr: str, summary: str, description: str, for_: str | None = None) -> dict:
+    a = BY_NAME[name]
+    rule: dict = {"alert": name, "expr": expr}
+    if for_ and for_ not in ("0", "0s"):
+        rule["for"] = for_
+    rule["labels"] = {"severity": a.severity}
+    rule["annotations"] = {"summary": _t(summary), "description": _t(description), "runbook_url": a.runbook_url}
+    return rule
+
+
+def _with_gpu_info(cfg: Config, expr: str) -> str:
+    """``expr`` (per ``gpu``) with ``pci_bus_id`` and ``uuid`` from ``nodewarden_gpu_info``; a GPU
+    without an info series (lost before its first poll) keeps its alert without them."""
+    info = sel(cfg, "nodewarden_gpu_info")
+    return f"({expr}) * on(job, instance, gpu) group_left(pci_bus_id, uuid) {info} or on(job, instance, gpu) ({expr})"
+
+
+def policy_labels(expr: str) -> str:
+    """``expr`` (series with an ``xid`` label) with ``action`` and ``hardware`` added from the
+    shipped policy: one ``label_replace`` per action over the codes that have it. Codes the
+    catalog does not list keep the defaults, ``investigate`` and ``"false"``."""
+    out = f'label_replace({expr}, "action", "investigate", "", "")'
+    for action, codes in promql.xid_codes_by_action().items():
+        if action != "investigate":
+            out = f'label_replace({out}, "action", "{action}", "xid", "{promql.regex(codes)}")'
+    out = f'label_replace({out}, "hardware", "false", "", "")'
+    return f'label_replace({out}, "hardware", "true", "xid", "{promql.regex(promql.hardware_xid_codes())}")'
+
+
+def _policy_increase(cfg: Config, matchers: str, window: str) -> str:
+    """:func:`promql.increase_with_first` over the policy-labelled Xid series, where "new" is
+    judged on the raw counter: a recorded series is also new right after the rules are first
+    loaded, and every old Xid of the fleet would then count (and page) once."""
+    return promql.increase_with_first(cfg, sel(cfg, XID_POLICY, matchers), window, born=sel(cfg, XID),
+                                      ignoring="action, hardware")
+
+
+def _grouping(cfg: Config, *labels: str) -> str:
+    return ", ".join(name for name in (cfg.cluster_label, cfg.node_label, *labels) if name)
+
+
+# ---- recording rules -------------------------------------------------------------------------
+
+def recording_groups(cfg: Config) -> list[dict]:
+    """The recording-rule groups:
+
+    * ``gpu_xid:nodewarden_gpu_xid_errors_total:policy``: every Xid series with ``action``
+      (drain|reset_gpu|restart_app|ignore|investigate) and ``hardware`` ("true"|"false") added
+      from the shipped policy; the counter's own value. The Xid alert and panels read it.
+    * ``cluster_xid:nodewarden_gpu_xid_errors:interval_increase`` (``job, cluster, xid,
+      category, hardware``), ``cluster:nodewarden_edac_errors:interval_increase`` (``job,
+      cluster, type`` corrected|uncorrected, the sysfs EDAC counters) and
+      ``cluster:nodewarden_ib_flash_cuts:interval_increase`` (``job, cluster``): the exact
+      number of new events since the previous evaluation (:func:`promql.interval_increase`).
+      ``sum_over_time(...[range])`` of them is the range's count: the failure-statistics
+      dashboard's Tables VI and VII read one series per cluster and code, where the raw
+      counters would load a sample per GPU and scrape over months.
+
+    One group, evaluated in order every ``cfg.interval``: the Xid count reads the policy
+    series of the same evaluation."""
+    i = cfg.interval
+    job = "job, " + cfg.cluster_label if cfg.cluster_label else "job"
+    xid = promql.interval_increase(cfg, sel(cfg, XID_POLICY), i, born=sel(cfg, XID), ignoring="action, hardware")
+    def edac(metric: str, typ: str) -> str:
+        inc = promql.interval_increase(cfg, sel(cfg, metric), i)
+        return f'label_replace(sum by ({job}) ({inc}), "type", "{typ}", "", "")'
+    cuts = promql.interval_increase(cfg, sel(cfg, "nodewarden_ib_flash_cuts_total"), i)
+    return [{
+        "name": "nodewarden-xid.rules",
+        "interval": i,
+        "rules": [
+            {"record": XID_POLICY, "expr": policy_labels(sel(cfg, XID))},
+            {"record": CLUSTER_XID, "expr": f"sum by ({job}, xid, category, hardware) ({xid})"},
+            {"record": CLUSTER_EDAC, "expr": f"{edac(EDAC_CE, 'corrected')} or {edac(EDAC_UE, 'uncorrected')}"},
+            {"record": CLUSTER_FLASH_CUTS, "expr": f"sum by ({job}) ({cuts})"},
+        ],
+    }]
+
+
+# ---- alerts ----------------------------------------------------------------------------------
+
+def _gpu(cfg: Config) -> list[dict]:
+    w = cfg.fault_window
+    ecc = sel(cfg, "nodewarden_gpu_ecc_errors_total", 'type="uncorrected"', 'scope="volatile"')
+    nvl = "nodewarden_gpu_nvlink_errors_total"
+    crc = sel(cfg, nvl, 'type=~"crc_flit|crc_data"')
+    rr = sel(cfg, nvl, 'type=~"replay|recovery"')
+    gpu = GPU
+    return [
+        _alert("NodewardenGpuLost",
+               _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_lost')} == 1"),
+               "GPU [[gpu]] on [[node]] is lost (fell off the bus)",
+               f"{gpu} answers NVML_ERROR_GPU_IS_LOST: it is off the bus (Xid 79) and its "
+               "jobs have failed. Drain the node; a reboot (or a GPU reset) may bring it back, a repeat "
+               "means hardware repair.", cfg.for_short),
+        _alert("NodewardenGpuUncorrectableEcc",
+               _with_gpu_info(cfg, f"sum without (type, scope) ({promql.window_increase(ecc, w)}) > 0"),
+               "Uncorrectable ECC error on GPU [[gpu]] of [[node]]",
+               f"{gpu}: [[count]] uncorrected (double-bit) ECC error(s) in the last {w}. "
+               "The jobs on it may have read bad data. Drain the node, reset the GPU so the row remap "
+               "applies, then run `nodewarden validate --checks gpu_memory`."),
+        _alert("NodewardenGpuRowRemapFailure",
+               _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_row_remap_failure')} == 1"),
+               "Row remapping failed on GPU [[gpu]] of [[node]]",
+               f"{gpu} could not remap a failing memory row: it has no spare rows left "
+               "and can no longer hide bad memory. Drain the node and replace the GPU (RMA).",
+               cfg.for_short),
+        _alert("NodewardenGpuRowRemapPending",
+               _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_row_remap_pending')} == 1"),
+               "GPU [[gpu]] of [[node]] needs a reset to apply a row remap",
+               f"{gpu} has a row remap pending: the bad row stays in use until the GPU "
+               "is reset. Drain the node, reset the GPU (or reboot), run `nodewarden validate --checks "
+               "gpu_memory`, and return it to service when it passes.", cfg.for_short),
+        _alert("NodewardenGpuHardwareXid",
+               f"({_policy_increase(cfg, HARDWARE, w)}) > 0",
+               "Hardware Xid [[xid]] on GPU [[gpu]] of [[node]] (action: [[action]])",
+               f"{gpu} logged Xid [[xid]] ([[category]]) [[count]] time(s) in the last {w}. "
+               "nodewarden's policy for it: [[action]]. Run `nodewarden xid [[xid]]` on any host for "
+               "the meaning and remedy, then follow the runbook section for [[action]]."),
+        _alert("NodewardenGpuNvlinkErrors",
+               _with_gpu_info(cfg, f"rate({crc}[{w}]) >= {NVLINK_CRC_PER_SECOND}"
+                                   f" or ({promql.window_increase(rr, w)}) >= {NVLINK_REPLAY_RECOVERY_COUNT}"),
+               "NVLink [[link]] of GPU [[gpu]] on [[node]]: [[type]] errors",
+               f"NVLink [[link]] of {gpu}: "
+               '{{ if or (eq $labels.type "replay") (eq $labels.type "recovery") }}'
+               f"[[count]] [[type]] error(s) in the last {w}"
+               f"{{{{ else }}}}[[type]] errors at [[value]]/s over the last {w}{{{{ end }}}}. "
+               "Collectives over this link slow down or fail. Check `nvidia-smi nvlink -e -i [[gpu]]`, "
+               "drain the node and run `nodewarden validate --checks links,allreduce`; reseat or "
+               "replace the GPU/baseboard when it persists."),
+    ]
+
+
+def _ib(cfg: Config) -> list[dict]:
+    ib = cfg.ib_port_selector
+    cuts = sel(cfg, "nodewarden_ib_flash_cuts_total", ib)
+    state = sel(cfg, "nodewarden_ib_port_state", ib)
+    rate = sel(cfg, "nodewarden_ib_port_rate_bytes_per_second", ib)
+    info = sel(cfg, "nodewarden_ib_port_info", ib)
+    port = "on(job, instance, device, port)"
+    # an ACTIVE port's rate, with its link layer and board (a DOWN port's rate is stale)
+    active = f"({rate} * {port} group_left(link_layer, board_id) {info} and {port} {state} == 4)"
+    n, win = cfg.flash_cut_storm_count, cfg.flash_cut_storm_window
+    return [
+        _alert("NodewardenIbFlashCutStorm",
+               f"({promql.increase_with_first(cfg, cuts, win)}) >= {n}",
+               "Flash-cut storm on [[device]] port [[port]] of [[node]]",
+               f"IB port [[device]]/[[port]] on [[node]] dropped and came back [[count]] times in the last "
+               f"{win} (storm: {n} or more). Each cut stalls the collectives crossing it. Check the cable "
+               "and transceiver (`mlxlink -d [[device]] -m`), the switch port's error counters, and reseat "
+               "or replace the cable."),
+        _alert("NodewardenIbPortDown",
+               f"{state} != 4",
+               "IB port [[device]]/[[port]] on [[node]] is not ACTIVE",
+               f"IB port [[device]]/[[port]] on [[node]] has been in state [[value]] (4 = ACTIVE) for "
+               f"{cfg.for_long}: jobs that need it fail or run without it. Check `ibstat [[device]] [[port]]` "
+               "(phys_state Polling: no link; Disabled: switch side), the cable and the subnet manager, "
+               "then run `nodewarden validate --checks links`.", cfg.for_long),
+        _alert("NodewardenIbPortDegraded",
+               f"{active} < on(job, instance, link_layer, board_id) group_left() "
+               f"max by (job, instance, link_layer, board_id) {active}",
+               "IB port [[device]]/[[port]] on [[node]] runs below its peers' rate",
+               f"IB port [[device]]/[[port]] ([[link_layer]]) on [[node]] is ACTIVE at [[value]]B/s, below "
+               "the fastest port of the same board on that node: it trained at a lower speed or width. "
+               "Check `ibstat [[device]] [[port]]` (Rate) and `mlxlink -d [[device]] -m`, reseat or replace "
+               "the cable, then run `nodewarden validate --checks links`.", cfg.for_long),
+    ]
+
+
+def _host(cfg: Config) -> list[dict]:
+    w = cfg.fault_window
+    logged = "nodewarden_edac_logged_errors_total"
+
+    def edac(sysfs: str, typ: str, window: str) -> str:
+        # sysfs is authoritative; the kernel log covers hosts without EDAC sysfs counters (and is
+        # rate-limited, so it may count fewer). One alert per DIMM: the larger of the two.
+        log = promql.increase_with_first(cfg, sel(cfg, logged, f'type="{typ}"'), window)
+        return f"max without (type) ({promql.window_increase(sel(cfg, sysfs), window)} or ({log}))"
+
+    mce = sel(cfg, "nodewarden_mce_events_total", 'type="uncorrected"')
+    width = "nodewarden_pcie_link_width"
+    gen = "nodewarden_pcie_link_generation"
+    gpu_width = "nodewarden_gpu_pcie_link_width"
+
+    def below(metric: str) -> str:
+        return f"{sel(cfg, metric, CURRENT)} < ignoring(which) {sel(cfg, metric, MAX)}"
+
+    nvidia = sel(cfg, "nodewarden_pcie_device_info", f'vendor="{NVIDIA_VENDOR}"')
+    gpu_info = sel(cfg, "nodewarden_gpu_info")
+    downtrained = (
+        f'label_replace({below(width)}, "dimension", "width", "", "")'
+        # NVIDIA GPUs lower their PCIe generation when idle (power saving): only other functions'
+        f' or label_replace(({below(gen)}) unless on(job, instance, pci_bus_id) {nvidia},'
+        ' "dimension", "generation", "", "")'
+        # a GPU the sysfs collector does not see (no /sys access, collector off): NVML's width
+        f' or label_replace(({below(gpu_width)}) * on(job, instance, gpu) group_left(pci_bus_id) {gpu_info}'
+        f' unless on(job, instance, pci_bus_id) {sel(cfg, width)}, "dimension", "width", "", "")'
+    )
+    return [
+        _alert("NodewardenEdacUncorrectable",
+               f"{edac('nodewarden_edac_uncorrectable_errors_total', 'uncorrected', w)} > 0",
+               "Uncorrectable memory error on DIMM [[dimm]] of [[node]]",
+               f"EDAC counted [[count]] uncorrectable error(s) on DIMM [[dimm]] ([[controller]]) of [[node]] in "
+               f"the last {w}. Processes that touched it were killed, or the kernel panics next time. "
+               "Drain the node, check `ras-mc-ctl --errors` and the BMC's SEL, and replace the DIMM."),
+        _alert("NodewardenEdacCorrectableRate",
+               f"{edac('nodewarden_edac_correctable_errors_total', 'corrected', cfg.edac_ce_window)}"
+               f" >= {cfg.edac_ce_threshold}",
+               "DIMM [[dimm]] of [[node]] is failing: [[count]] corrected errors",
+               f"EDAC counted [[count]] corrected errors on DIMM [[dimm]] ([[controller]]) of [[node]] in the "
+               f"last {cfg.edac_ce_window} (limit {cfg.edac_ce_threshold}, mcelog's page-offlining "
+               "threshold): a DIMM at this rate tends to fail uncorrectably. Plan its replacement at the "
+               "next drain; check `ras-mc-ctl --error-count`."),
+        _alert("NodewardenMachineCheck",
+               f"({promql.increase_with_first(cfg, mce, w)}) > 0",
+               "Uncorrected machine check on [[node]]",
+               f"The kernel of [[node]] logged [[count]] uncorrected machine-check record(s) in the last {w} "
+               "(CPU, cache, memory controller or bus). Drain the node, read the record (`journalctl -k "
+               "| grep -i 'machine check'`, `ras-mc-ctl --errors`, the BMC's SEL) and send it for repair."),
+        _alert("NodewardenPcieLinkDowntrained",
+               downtrained,
+               "PCIe link of [[pci_bus_id]] on [[node]] is downtrained ([[dimension]])",
+               f"The PCIe link of [[pci_bus_id]] on [[node]] has run below its maximum [[dimension]] "
+               f"(now [[value]]) for {cfg.for_long}: the GPU or NIC behind it gets a fraction of its "
+               "bandwidth. Check `lspci -vv -s [[pci_bus_id]]` (LnkSta against LnkCap), reseat the card "
+               "or riser at the next drain, and run `nodewarden validate --checks links`.", cfg.for_long),
+    ]
+
+
+def _validator(cfg: Config) -> list[dict]:
+    last = sel(cfg, "nodewarden_validator_last_run_timestamp_seconds")
+    build = sel(cfg, "nodewarden_build_info")
+    s = cfg.validator_stale_seconds
+    days = f"{s / 86400:g} days" if s % 3600 == 0 else f"{s}s"
+    # A report exists but is old; or the agent has been up for the whole stale period (its
+    # build_info was scraped then) and never exported a report. next_run_timestamp is no help:
+    # while the GPUs are busy the agent keeps moving it 30 minutes ahead.
+    stale = (f'label_replace(time() - {last} > {s}, "reason", "old_report", "", "")'
+             f' or label_replace((max without (version) ({build}) unless on(job, instance) {last})'
+             f' and on(job, instance) max without (version) ({build} offset {s}s),'
+             ' "reason", "no_report", "", "")')
+    return [
+        _alert("NodewardenValidatorFailed",
+               sel(cfg, "nodewarden_validator_check_status", 'status="fail"') + " == 1",
+               "Validator check [[check]] failed on [[node]]",
+               "The last scheduled validator run on [[node]] failed its [[check]] check: the node is not "
+               "fit for jobs. Drain it, read the report (`/var/lib/nodewarden/validate.json`), rerun "
+               "`nodewarden validate --checks [[check]]` after the repair, and return it when it passes.",
+               cfg.for_short),
+        _alert("NodewardenValidatorStale",
+               stale,
+               "No recent validator run on [[node]]",
+               '{{ if eq $labels.reason "no_report" }}'
+               f"The agent on [[node]] has run for {days} without exporting a validator report."
+               "{{ else }}"
+               "The last validator report on [[node]] finished {{ $value | humanizeDuration }} ago "
+               f"(limit {days})."
+               "{{ end }} The node's hardware is not being re-checked: see the agent's log "
+               "(`journalctl -u nodewarden-agent`, the GPUs may never be idle) and "
+               "`/var/lib/nodewarden/validate.log`, or run `nodewarden validate` in a drain window.",
+               cfg.for_short),
+    ]
+
+
+def _agent(cfg: Config) -> list[dict]:
+    w = cfg.fault_window
+    lost = sel(cfg, "nodewarden_collector_kmsg_lost_records_total")
+    overruns = sel(cfg, "nodewarden_collector_kmsg_overruns_total")
+    return [
+        _alert("NodewardenAgentDown",
+               f"{sel(cfg, 'up')} == 0",
+               "nodewarden agent on [[node]] is down",
+               f"Prometheus has not scraped the agent at [[instance]] ([[node]]) for {cfg.for_short}: the "
+               "node is down, or the agent, or the network between. Faults on it go unseen. Check the "
+               "node, then `systemctl status nodewarden-agent` and `curl -s http://[[instance]]/healthz`.",
+               cfg.for_short),
+        _alert("NodewardenCollectorFailing",
+               f"{sel(cfg, 'nodewarden_collector_success')} == 0",
+               "Collector [[collector]] of the agent on [[node]] is failing",
+               f"The [[collector]] collector on [[node]] has failed or hung for {cfg.for_long}: its series "
+               "are missing or stale and its faults are not counted. Read `journalctl -u nodewarden-agent` "
+               "and `curl -s http://[[instance]]/healthz`; a hung NVML call often means a GPU in trouble.",
+               cfg.for_long),
+        _alert("NodewardenKmsgRecordsLost",
+               f"({promql.window_increase(lost, w)}) > 0 or ({promql.window_increase(overruns, w)}) > 0",
+               "The agent on [[node]] lost kernel-log records",
+               f"The kernel-log reader on [[node]] lost records or overran the ring buffer in the last {w}: "
+               "Xid, ECC, MCE and link events in them are not counted. Look at `dmesg` on the node for what "
+               "flooded it, and consider a larger ring buffer (`log_buf_len=`)."),
+    ]
+
+
+def alert_groups(cfg: Config) -> list[dict]:
+    """The alerting-rule groups (one per subsystem), every rule of :data:`ALERTS` exactly once,
+    in that order; each with ``labels.severity`` and the ``summary``, ``description`` and
+    ``runbook_url`` annotations."""
+    rules = [*_gpu(cfg), *_ib(cfg), *_host(cfg), *_validator(cfg), *_agent(cfg)]
+    by_group: dict[str, list[dict]] = {}
+    for rule in rules:
+        by_group.setdefault(BY_NAME[rule["alert"]].group, []).append(rule)
+    return [{"name": name, "interval": cfg.interval, "rules": rs} for name, rs in by_group.items()]

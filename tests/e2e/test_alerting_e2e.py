@@ -1,0 +1,626 @@
+"""End to end from a fault to a page: the agent (kernel log on, the HGX H100 NDR sysfs tree with
+AER statistics and a Sandy Bridge EDAC tree merged in, the NVML simulator with 8 GPUs, polling
+every second) scraped every second by Debian's ``prometheus`` with the rule files of
+``dashboards/`` loaded (built with short windows and no ``for``), sending to Debian's
+``prometheus-alertmanager``. One fault of each kind is injected at the lowest boundary (a line
+into the real ``/dev/kmsg``, the simulator's state file, sysfs attribute files, the validator's
+report in the state directory); then:
+
+* every alert that should fire is listed by Alertmanager's ``/api/v2/alerts`` with its labels
+  (alertname, severity, cluster, node, the device) and its annotations (summary, description,
+  runbook_url), and no alert fires that should not (an application Xid, a healthy GPU, port or
+  DIMM; the agent down while it is up);
+* every query of every dashboard panel (Grafana variables expanded) and every recording rule
+  runs through Prometheus's HTTP API without error, and every one returns data;
+* the agent stopped: NodewardenAgentDown; started again with its kmsg cursor before the ring
+  buffer's oldest record: NodewardenKmsgRecordsLost.
+
+A metric renamed in the agent, a label the rules drop, a panel querying a series nobody
+exports: each breaks this test.
+
+Runs only with ``NODEWARDEN_WRITE_KMSG=1`` (it writes into this machine's ``/dev/kmsg``; skipped
+without, also in CI). Then needs root, ``prometheus``, ``prometheus-alertmanager`` and a C
+compiler (the simulator): skipped without one, except under ``CI=true``, where a missing one
+fails the test. The ring buffer keeps the lines of earlier runs: this run's Xids name a PCI
+domain no earlier run used. About 30 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+from alerttools import ALERTMANAGER, AlertWatcher, get_json, oldest_kmsg_seq, run_query, start_alertmanager
+from kmsgtools import free_port, kmsg_refusal, write_kmsg
+from prometheus_client.parser import text_string_to_metric_families
+from test_prometheus_e2e import PROMETHEUS, Prom, http_get, start_prometheus, stop, wait_for
+
+from dashboards.mixin import build, config, promql
+
+pytestmark = pytest.mark.kmsg
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
+NODE, CLUSTER = "e2e-node", "e2e"
+FLAP = {"device": "mlx5_0", "port": "1"}  # the IB port of the flash-cut storm
+RUNBOOK = "https://github.com/nodewarden/nodewarden/blob/main/dashboards/runbooks.md#"
+
+# The rules as the test loads them: every window a few seconds, no `for`, evaluated every second.
+FAULT_WINDOW_S = 15
+CFG = dataclasses.replace(
+    config.DEFAULT, fault_window=f"{FAULT_WINDOW_S}s", for_short="0s", for_long="0s",
+    flash_cut_storm_window="1m", edac_ce_window="1m", validator_stale_seconds=3600, interval="1s")
+VALIDATOR_AGE_S = 2 * 3600  # the validator report's age: past CFG.validator_stale_seconds
+STEP_S = 15  # the panels' $__interval and range-query step
+
+
+def _missing() -> str | None:
+    """What this machine lacks for the test (a skip reason), or None."""
+    refusal = kmsg_refusal()
+    if refusal is not None:
+        return refusal
+    if PROMETHEUS is None:
+        return "prometheus not on PATH (Debian: apt-get install prometheus)"
+    if ALERTMANAGER is None:
+        return "prometheus-alertmanager not on PATH (Debian: apt-get install prometheus-alertmanager)"
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        return "no C compiler (gcc) to build the NVML simulator"
+    return None
+
+
+@pytest.fixture
+def requirements() -> None:
+    why = _missing()
+    if why is None:
+        return
+    if os.environ.get("NODEWARDEN_WRITE_KMSG") != "1":
+        pytest.skip(why)  # an explicit choice, also in CI: this machine's kernel log is not ours
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the alerting end-to-end test cannot run: {why}")
+    pytest.skip(why)
+
+
+# ---------------------------------------------------------------------------------------------
+# The host: fixture trees, simulator state, validator report, configuration
+
+
+@dataclasses.dataclass
+class Host:
+    root: Path
+    sysfs: Path
+    procfs: Path
+    state_dir: Path
+    nvml_state: Path
+    domain: str  # the PCI domain of this run's Xid GPUs (4 hex digits)
+
+    def ib_port(self, device: str, port: int = 1) -> Path:
+        return self.sysfs / "class" / "infiniband" / device / "ports" / str(port)
+
+    def mc(self, n: int) -> Path:
+        return self.sysfs / "devices" / "system" / "edac" / "mc" / f"mc{n}"
+
+    def pci(self, bus_id: str) -> Path:
+        return self.sysfs / "bus" / "pci" / "devices" / bus_id
+
+
+def make_host(tmp: Path) -> Host:
+    from tests import nvmlsim
+
+    domain = f"{random.Random().randrange(0x1000, 0xffff):04x}"
+    sysfs = tmp / "sys"
+    # h100-hgx-ndr-aer: the h100-hgx-ndr tree plus every GPU's and NIC's AER statistics files
+    shutil.copytree(FIXTURES / "h100-hgx-ndr-aer", sysfs, symlinks=True)
+    shutil.copytree(FIXTURES / "edac-sbridge-dimm" / "devices" / "system" / "edac",
+                    sysfs / "devices" / "system" / "edac", symlinks=True)
+    procfs = tmp / "proc"
+    gpus = nvmlsim.default_gpus(8)
+    # GPUs 1 and 2 carry this run's PCI domain (NVML's 8-digit form): the Xid lines below name
+    # them, and the driver's procfs files give their minor numbers, as on a real node.
+    for i in (1, 2):
+        bus = gpus[i]["pci_bus_id"].split(":", 1)[1]  # "2A:00.0"
+        gpus[i]["pci_bus_id"] = f"0000{domain.upper()}:{bus}"
+        info = procfs / "driver" / "nvidia" / "gpus" / f"{domain}:{bus.lower()}" / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(f"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\nDevice Minor: \t {i}\n")
+    # GPU 0 reports page retirement (a driver that supports it: the dashboards show retired
+    # pages beside remapped rows); two single-bit pages, none pending: no page
+    gpus[0]["not_supported"] = []
+    gpus[0]["retired_pages"] = {"single_bit_ecc": 2, "double_bit_ecc": 0, "pending": 0}
+    host = Host(tmp, sysfs, procfs, tmp / "state", tmp / "nvml.json", domain)
+    nvmlsim.write_state(host.nvml_state, gpus=gpus)
+    host.state_dir.mkdir()
+    write_validator_report(host.state_dir, time.time() - VALIDATOR_AGE_S)
+    return host
+
+
+def write_validator_report(state_dir: Path, finished: float) -> None:
+    """A finished run with a failing GEMM check (``validate.json``, as ``nodewarden validate
+    --json`` writes it) and the schedule that ran it (``schedule.json``): the agent exports both
+    at start and is not due to run the validator again for a year."""
+    from nodewarden.agent import schedule
+    from nodewarden.validator import report
+    from nodewarden.validator.result import CheckResult, exit_code
+
+    gemm = CheckResult("gemm", "fail", reason="GPU 2: 412 TFLOP/s below 600 TFLOP/s", action="drain and run "
+                       "`nodewarden validate --checks gemm` after a reset", device="cuda", profile="h100-sxm")
+    gemm.measure("bf16_flops", 412e12, "FLOP/s", threshold=600e12, device="GPU-2")
+    gemm.measure("bf16_flops", 702e12, "FLOP/s", threshold=600e12, device="GPU-3")
+    mem = CheckResult("host_memory_bandwidth", "pass", device="cpu", profile="h100-sxm")
+    mem.measure("triad_bandwidth", 3.1e11, "B/s", threshold=2.0e11)
+    storage = CheckResult("storage", "warn", reason="/scratch 91% full")
+    storage.measure("used_ratio", 0.91, "ratio", threshold=0.9, op="<=")
+    results = [gemm, mem, storage]
+    end = dt.datetime.fromtimestamp(finished, dt.timezone.utc)
+    start = end - dt.timedelta(seconds=300)
+    doc = report.build(results, NODE, "h100-sxm", "cuda", False, start, end, exit_code(results))
+    report.write_json(doc, state_dir / schedule.REPORT_FILE)
+    st = schedule.ScheduleState(first_seen=finished - 86400, last_attempt=start.timestamp(),
+                                last_exit_code=doc["exit_code"], last_finished=finished)
+    (state_dir / schedule.SCHEDULE_FILE).write_text(json.dumps(st.to_dict()))
+
+
+def agent_config(host: Host, port: int) -> Path:
+    path = host.root / "agent.toml"
+    path.write_text(
+        f'listen = "127.0.0.1:{port}"\nstate_dir = "{host.state_dir}"\nhostname = "{NODE}"\n'
+        f'sysfs = "{host.sysfs}"\nprocfs = "{host.procfs}"\n'
+        "poll_interval_seconds = 1\ncollector_timeout_seconds = 2\n"
+        "[collectors]\nkernel_log = true\n[kernel_log]\naccept_injected = true\n"
+        # a year between runs; should one still come due, bad arguments end it at once (exit 2)
+        # and the report above stays the exported one
+        '[validator]\nenabled = true\ninterval_days = 366\nargs = ["--no-such-option"]\n')
+    return path
+
+
+def rule_files(tmp: Path) -> list[Path]:
+    """The alert and recording rule files of ``dashboards/``, built from :data:`CFG`."""
+    out = []
+    for rel, text in build.files(CFG).items():
+        if rel.startswith(("alerts/", "rules/")):
+            path = tmp / "rules" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            out.append(path)
+    assert len(out) == 2, out
+    return out
+
+
+def scrape_job() -> dict[str, Any]:
+    """The ``nodewarden`` job of ``deploy/prometheus/prometheus.yml``: its relabelling is the
+    one a deployment runs (``node`` from the target's address unless the target names it)."""
+    doc = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = [j for j in doc["scrape_configs"] if j["job_name"] == "nodewarden"]
+    return job
+
+
+def prometheus_config(tmp: Path, agent_port: int, am_port: int, rules: list[Path]) -> Path:
+    job = scrape_job()
+    cfg = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(p) for p in rules],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [{
+            "job_name": "nodewarden", "scrape_interval": "1s", "scrape_timeout": "1s",
+            # an IP address: the target names its node, as in deploy/prometheus/targets/example.yaml
+            "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"],
+                                "labels": {"cluster": CLUSTER, "node": NODE}}],
+            "relabel_configs": job.get("relabel_configs", []),
+        }],
+    }
+    path = tmp / "prometheus.yml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Faults (each on its own device, so that every alert's label set is unambiguous)
+
+
+def xid_lines(domain: str) -> tuple[list[str], list[str]]:
+    """(hardware: an Xid 48 on GPU 1; application: three Xid 13 on GPU 2)."""
+    hw = [f"<3>NVRM: Xid (PCI:{domain}:2a:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double "
+          "bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, "
+          "subpartition 1."]
+    app = [f"<3>NVRM: Xid (PCI:{domain}:3a:00): 13, pid={4100 + i}, name=python3, Graphics SM Warp Exception "
+           f"on (GPC {i}, TPC 1, SM 0): Illegal Instruction Encoding" for i in range(3)]
+    return hw, app
+
+
+def unreadable_xid_line(domain: str) -> str:
+    """An Xid line without a readable code: counted in collector_unparsed_lines_total, no fault."""
+    return f"<3>NVRM: Xid (PCI:{domain}:3a:00): (unreadable), pid=4199, name=python3"
+
+
+def mce_lines(tag: int) -> list[str]:
+    """One uncorrected, recoverable machine-check record (MCi_STATUS VAL|UC|EN|MISCV|ADDRV, PCC
+    clear: a memory error the kernel recovered from), as print_mce() prints it."""
+    return ["<4>mce: [Hardware Error]: CPU 12: Machine Check: 0 Bank 7: bc00000000010091",
+            f"<4>mce: [Hardware Error]: TSC {tag:x} ADDR 2ffd4a3c0 MISC 140401086",
+            "<4>mce: [Hardware Error]: PROCESSOR 0:806f8 TIME 1732700000 SOCKET 0 APIC 18 microcode 2b000571"]
+
+
+def bump(path: Path, by: int) -> None:
+    path.write_text(f"{int(path.read_text().split()[0]) + by}\n")
+
+
+def bump_aer(path: Path, error: str, by: int) -> None:
+    """Add ``by`` to one error of an ``aer_dev_*`` file and to its TOTAL_ERR_* line."""
+    lines = []
+    for line in path.read_text().splitlines():
+        name, _, n = line.rpartition(" ")
+        lines.append(f"{name} {int(n) + by}" if name == error or name.startswith("TOTAL_ERR_") else line)
+    path.write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# What must fire (labels beyond alertname, cluster and node), and what may fire besides
+
+
+@dataclasses.dataclass(frozen=True)
+class Expect:
+    alert: str
+    labels: dict[str, str]  # severity and the device labels (alertname, cluster, node: all alerts)
+    fault: str  # what was injected
+
+    @classmethod
+    def of(cls, alert: str, severity: str, fault: str, **labels: str) -> Expect:
+        return cls(alert, {"severity": severity, **labels}, fault)
+
+
+def expected(domain: str) -> list[Expect]:
+    e = Expect.of
+    return [
+        e("NodewardenGpuHardwareXid", "critical", "kmsg: Xid 48 (DBE) on GPU 1",
+          gpu="1", xid="48", pci_bus_id=f"{domain}:2a:00.0", action="drain"),
+        e("NodewardenGpuUncorrectableEcc", "critical", "NVML: GPU 3 uncorrected volatile ECC +2", gpu="3"),
+        e("NodewardenGpuLost", "critical", "NVML: GPU 5 lost (NVML_ERROR_GPU_IS_LOST)", gpu="5"),
+        e("NodewardenGpuRowRemapPending", "warning", "NVML: GPU 6 remapped rows pending", gpu="6"),
+        e("NodewardenGpuRowRemapFailure", "critical", "NVML: GPU 7 row-remap failure", gpu="7"),
+        e("NodewardenGpuNvlinkErrors", "warning", "NVML: GPU 4 link 3 replay/recovery/CRC errors rising",
+          gpu="4", link="3"),
+        e("NodewardenIbFlashCutStorm", "warning", "sysfs: mlx5_0/1 DOWN then ACTIVE, 3 times",
+          device="mlx5_0", port="1"),
+        e("NodewardenIbPortDown", "critical", "sysfs: mlx5_3/1 DOWN/Disabled, held", device="mlx5_3", port="1"),
+        e("NodewardenIbPortDegraded", "warning", "sysfs: mlx5_4/1 rate 200 Gb/sec (4X HDR), its peers 400",
+          device="mlx5_4", port="1"),
+        e("NodewardenEdacUncorrectable", "critical", "sysfs: mc0/dimm0 dimm_ue_count +1",
+          controller="mc0", dimm="CPU_SrcID#0_Ha#0_Chan#0_DIMM#0"),
+        e("NodewardenEdacCorrectableRate", "warning", "sysfs: mc1/dimm2 dimm_ce_count +12 (limit 10 per window)",
+          controller="mc1", dimm="mc#1channel#1slot#0"),
+        e("NodewardenMachineCheck", "critical", "kmsg: an uncorrected (recoverable) MCE record", type="uncorrected"),
+        e("NodewardenPcieLinkDowntrained", "warning", "sysfs: mlx5_7's function current_link_width 8 of 16",
+          pci_bus_id="0000:dd:00.0", dimension="width"),
+        e("NodewardenPcieLinkDowntrained", "warning", "sysfs: mlx5_6's function current_link_speed 16 of 32 GT/s",
+          pci_bus_id="0000:bc:00.0", dimension="generation"),
+        e("NodewardenPcieLinkDowntrained", "warning", "NVML: GPU 1's link width 8 of 16 (its function not in sysfs)",
+          pci_bus_id=f"{domain}:2a:00.0", dimension="width", gpu="1"),
+        e("NodewardenValidatorFailed", "critical", "validate.json: check gemm failed", check="gemm"),
+        e("NodewardenValidatorStale", "warning", "validate.json finished 2 h ago (limit 1 h in the test)",
+          reason="old_report"),
+        e("NodewardenCollectorFailing", "warning", "NVML simulator hung 4 s", collector="nvml"),
+    ]
+
+
+# Alerts that may fire besides the expected ones, each with the reason (all labels given must match).
+ALLOWED = [
+    # for: 0s: mlx5_0/1 is down for a poll or two during each flap of the storm
+    ("NodewardenIbPortDown", {"device": "mlx5_0", "port": "1"}),
+]
+
+
+def unexpected(seen: list[dict[str, Any]], want: list[Expect]) -> list[dict[str, str]]:
+    def covered(labels: dict[str, str]) -> bool:
+        name = labels.get("alertname")
+        for e in want:
+            if e.alert == name and all(labels.get(k) == v for k, v in e.labels.items()):
+                return True
+        return any(name == a and all(labels.get(k) == v for k, v in m.items()) for a, m in ALLOWED)
+
+    return [r["labels"] for r in seen if not covered(r["labels"])]
+
+
+def check_alert(rec: dict[str, Any]) -> list[str]:
+    """What is wrong with one alert as Alertmanager lists it (labels and annotations)."""
+    labels, ann = rec["labels"], rec["annotations"]
+    name = labels["alertname"]
+    bad = []
+    if labels.get("severity") not in ("critical", "warning", "info"):
+        bad.append(f"severity {labels.get('severity')!r}")
+    if labels.get("node") != NODE or labels.get("cluster") != CLUSTER:
+        bad.append(f"node/cluster {labels.get('node')!r}/{labels.get('cluster')!r}")
+    for key in ("summary", "description"):
+        text = ann.get(key, "")
+        if not text.strip() or "{{" in text or "<no value>" in text:
+            bad.append(f"annotation {key} {text!r}")
+    if ann.get("runbook_url") != RUNBOOK + name.lower():
+        bad.append(f"runbook_url {ann.get('runbook_url')!r}")
+    if NODE not in ann.get("description", "") and NODE not in ann.get("summary", ""):
+        bad.append("neither summary nor description names the node")
+    return bad
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def set_cursor_before_buffer(state_dir: Path, gap: int) -> int:
+    """Rewrite the stopped agent's ``state.json`` (with its checksum, as the agent writes it) so
+    that its kmsg cursor lies up to ``gap`` records before the ring buffer's oldest one, and
+    delete the event journal. Returns the gap made: 0 when the buffer has not wrapped since boot
+    (its oldest record is the first: no cursor lies before it), and nothing is changed."""
+    from nodewarden.agent import state as st
+
+    saved = st.load_state(state_dir)
+    assert saved.kmsg is not None and saved.kmsg.boot_id, saved
+    gap = min(gap, oldest_kmsg_seq() - 1)
+    if gap < 1:
+        return 0
+    pos = st.KmsgPosition(saved.kmsg.boot_id, oldest_kmsg_seq() - 1 - gap)
+    st.write_atomic(state_dir / st.STATE_FILE, st.state_bytes(dataclasses.replace(saved, kmsg=pos)))
+    for path in state_dir.glob(st.JOURNAL_GLOB):
+        path.unlink()
+    return gap
+
+
+def agent_series(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = http_get(f"http://127.0.0.1:{port}/metrics").decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def agent_value(agent_port: int, name: str, labels: dict[str, str]) -> float | None:
+    """One series' value on the agent's own /metrics (None when absent)."""
+    return agent_series(agent_port).get((name, tuple(sorted(labels.items()))))
+
+
+def panel_targets(range_s: int) -> list[tuple[str, str, str, bool]]:
+    """(dashboard, panel title, expression with Grafana's variables expanded, instant) of every
+    query of every panel: the expressions :func:`grafana.panel_queries` lists, each with its
+    target's kind (an instant target: a stat or table; else a range: a time series)."""
+    from dashboards.mixin import grafana
+
+    out = []
+    for name, doc in grafana.dashboards(config.DEFAULT).items():
+        targets = [(p.get("title", ""), t["expr"], bool(t.get("instant")) and not t.get("range"))
+                   for p in grafana.panels(doc) for t in p.get("targets") or () if t.get("expr")]
+        assert [(title, expr) for title, expr, _ in targets] == grafana.panel_queries(doc)
+        out.extend((name, title, promql.expand_grafana(expr, range_s=range_s, interval_s=STEP_S, cluster=CLUSTER,
+                                                       node=NODE), instant) for title, expr, instant in targets)
+    return out
+
+
+def recording_exprs(rules: list[Path]) -> list[tuple[str, str]]:
+    out = []
+    for path in rules:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            out.extend((r["record"], r["expr"]) for r in group["rules"] if "record" in r)
+    return out
+
+
+def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements: None) -> None:
+    from tests import nvmlsim
+
+    t_start = time.monotonic()
+    host = make_host(tmp_path)
+    libdir = nvmlsim.build(tmp_path)
+    rules = rule_files(tmp_path)
+    agent_port, prom_port, am_port = free_port(), free_port(), free_port()
+    env = nvmlsim.env(libdir, host.nvml_state)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    logs = {n: tmp_path / f"{n}.log" for n in ("agent", "prometheus", "alertmanager")}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    watcher = AlertWatcher(am_port)
+    try:
+        procs["alertmanager"] = start_alertmanager(tmp_path, am_port, logs["alertmanager"])
+        agent_toml = agent_config(host, agent_port)
+
+        def start_agent() -> None:
+            with open(logs["agent"], "ab") as f:
+                procs["agent"] = subprocess.Popen(
+                    [sys.executable, "-m", "nodewarden", "agent", "--config", str(agent_toml)],
+                    cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT)
+
+        start_agent()
+        prom = Prom(prom_port)
+
+        def w(what: str, check: Callable[[], bool], deadline_s: float = 20.0) -> float:
+            return wait_for(what, check, procs, logs, deadline_s)
+
+        # Prometheus starts once the agent has counted the ring buffer: every series of an
+        # earlier run's line is in the first scrape, so no rule takes it for a new fault.
+        w("the agent's kernel log followed", lambda: json.loads(
+            http_get(f"http://127.0.0.1:{agent_port}/healthz"))["kmsg_readable"] is True)
+        procs["prometheus"] = start_prometheus(prometheus_config(tmp_path, agent_port, am_port, rules),
+                                               prom_port, tmp_path, logs["prometheus"])
+        w("Alertmanager ready", lambda: http_get(f"http://127.0.0.1:{am_port}/-/ready") is not None)
+        w("the agent's target up in Prometheus", lambda: prom.value('up{job="nodewarden"}') == 1)
+        t_up = time.monotonic()
+        watcher.start()
+        loaded = {r["name"]: r for g in get_json(f"{prom.base}/api/v1/rules")["data"]["groups"] for r in g["rules"]}
+        absent = sorted(({e.alert for e in expected(host.domain)} | {"NodewardenAgentDown"}) - loaded.keys())
+        assert not absent, f"alert rules not loaded: {absent}"
+        w("Prometheus sending to Alertmanager", lambda: bool(
+            get_json(f"{prom.base}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]))
+        collectors = ("kernel_log", "nvml", "infiniband", "edac", "pcie", "netclass")
+        w("every collector succeeding", lambda: all(
+            prom.value(f'nodewarden_collector_success{{collector="{c}"}}') == 1 for c in collectors))
+        assert prom.value("count(nodewarden_gpu_info)") == 8
+        assert prom.value(f'count(up{{job="nodewarden",node="{NODE}",cluster="{CLUSTER}"}})') == 1
+
+        # a few healthy scrapes first: the panels' range (below) starts a second after t_up and
+        # must hold a sample from before each counter's rise
+        time.sleep(max(0.0, t_up + 3.0 - time.monotonic()))
+
+        # -- GPU faults in the simulator: one GPU each ----------------------------------------
+        nvmlsim.update_gpu(host.nvml_state, 3, {"ecc": {"uncorrected": {"volatile": 2, "aggregate": 2}}})
+        nvmlsim.update_gpu(host.nvml_state, 0, {"ecc": {"corrected": {"volatile": 5, "aggregate": 5}}})
+        nvmlsim.update_gpu(host.nvml_state, 4, {"nvlink_down": [3], "nvlink_errors": {
+            "3": {"crc_flit": 40, "crc_data": 12, "replay": 30, "recovery": 2}}})
+        nvmlsim.update_gpu(host.nvml_state, 1, {"pcie": {"width_current": 8}})
+        nvmlsim.update_gpu(host.nvml_state, 5, {"lost": True})
+        nvmlsim.update_gpu(host.nvml_state, 6, {"remapped_rows": {"uncorrectable": 1, "pending": 1}})
+        nvmlsim.update_gpu(host.nvml_state, 7, {"remapped_rows": {"uncorrectable": 512, "failure": 1}})
+        # -- sysfs: a port held down, a port at half rate, a downtrained link, EDAC counts ------
+        down = host.ib_port("mlx5_3")
+        (down / "state").write_text("1: DOWN\n")
+        (down / "phys_state").write_text("3: Disabled\n")
+        (host.ib_port("mlx5_4") / "rate").write_text("200 Gb/sec (4X HDR)\n")
+        (host.pci("0000:dd:00.0") / "current_link_width").write_text("8\n")
+        (host.pci("0000:bc:00.0") / "current_link_speed").write_text("16.0 GT/s PCIe\n")
+        bump_aer(host.pci("0000:2c:00.0") / "aer_dev_correctable", "RxErr", 5)  # no alert: a panel's data
+        dimm0 = host.mc(0) / "dimm0"
+        bump(dimm0 / "dimm_ue_count", 1)
+        bump(host.mc(0) / "ue_count", 1)
+        dimm2 = host.mc(1) / "dimm2"
+        bump(dimm2 / "dimm_ce_count", 12)
+        bump(host.mc(1) / "ce_count", 12)
+        w("the simulator's and sysfs faults in Prometheus", lambda: all((
+            prom.value('nodewarden_gpu_ecc_errors_total{gpu="3",type="uncorrected",scope="volatile"}') == 2,
+            prom.value('nodewarden_gpu_lost{gpu="5"}') == 1,
+            prom.value('nodewarden_gpu_row_remap_pending{gpu="6"}') == 1,
+            prom.value('nodewarden_gpu_row_remap_failure{gpu="7"}') == 1,
+            prom.value('nodewarden_ib_port_state{device="mlx5_3",port="1"}') == 1,
+            prom.value('nodewarden_pcie_link_width{pci_bus_id="0000:dd:00.0",which="current"}') == 8,
+            prom.value('nodewarden_edac_uncorrectable_errors_total{controller="mc0",'
+                       'dimm="CPU_SrcID#0_Ha#0_Chan#0_DIMM#0"}') == 1,
+            prom.value('nodewarden_edac_correctable_errors_total{controller="mc1",dimm="mc#1channel#1slot#0"}') == 12,
+        )))
+        # a second rise of each, so that a rate over the window sees errors growing
+        nvmlsim.update_gpu(host.nvml_state, 4, {"nvlink_errors": {"3": {"crc_flit": 90, "crc_data": 30,
+                                                                         "replay": 70, "recovery": 4}}})
+        nvmlsim.update_gpu(host.nvml_state, 0, {"ecc": {"corrected": {"volatile": 7, "aggregate": 7}}})
+
+        # -- a flash-cut storm on mlx5_0/1: down and back, three times -----------------------
+        flap = host.ib_port(FLAP["device"], int(FLAP["port"]))
+        for n in (1, 2, 3):
+            (flap / "state").write_text("1: DOWN\n")
+            (flap / "phys_state").write_text("2: Polling\n")
+            bump(flap / "counters" / "link_downed", 1)  # as the HCA counts each down
+            bump(flap / "counters" / "symbol_error", 7)
+            w(f"flap {n}: mlx5_0/1 down on the agent", lambda: agent_value(
+                agent_port, "nodewarden_ib_port_state", FLAP) == 1)
+            (flap / "state").write_text("4: ACTIVE\n")
+            (flap / "phys_state").write_text("5: LinkUp\n")
+            w(f"flash cut {n} on the agent", lambda n=n: agent_value(
+                agent_port, "nodewarden_ib_flash_cuts_total", FLAP) == n)
+        w("three flash cuts in Prometheus",
+          lambda: prom.value('nodewarden_ib_flash_cuts_total{device="mlx5_0",port="1"}') == 3)
+
+        # -- a hung NVML driver: the nvml collector fails, then recovers ----------------------
+        state = nvmlsim.read_state(host.nvml_state)
+        top = {k: v for k, v in state.items() if k != "gpus"}
+        nvmlsim.write_state(host.nvml_state, state["gpus"], **{**top, "hang_seconds": 4})
+        w("nvml failing while hung", lambda: prom.value('nodewarden_collector_success{collector="nvml"}') == 0)
+        nvmlsim.write_state(host.nvml_state, state["gpus"], **top)
+
+        # -- kernel log: first events, once Prometheus has scraped the agent for longer than the
+        # fault window (a series born inside the window counts only when `up` was there before)
+        time.sleep(max(0.0, t_up + FAULT_WINDOW_S + 1.5 - time.monotonic()))
+        hw, app = xid_lines(host.domain)
+        write_kmsg(*hw, *app, unreadable_xid_line(host.domain), *mce_lines(random.Random().getrandbits(40)))
+        xid = "nodewarden_gpu_xid_errors_total"
+        w("the Xids in Prometheus", lambda: (
+            prom.value(f'{xid}{{gpu="1",xid="48",pci_bus_id="{host.domain}:2a:00.0"}}') == 1
+            and prom.value(f'{xid}{{gpu="2",xid="13",pci_bus_id="{host.domain}:3a:00.0"}}') == 3))
+        # the policy recording rule tells the two apart: 48 drains, 13 is the application's
+        policy = "gpu_xid:nodewarden_gpu_xid_errors_total:policy"
+        w("the Xids in the policy recording rule", lambda: (
+            prom.value(f'{policy}{{gpu="1",xid="48",hardware="true",action="drain"}}') == 1
+            and prom.value(f'{policy}{{gpu="2",xid="13",hardware="false",action="restart_app"}}') == 3))
+        w("nvml recovered", lambda: prom.value('nodewarden_collector_success{collector="nvml"}') == 1)
+
+        want = expected(host.domain)
+
+        def missing() -> list[Expect]:
+            return [e for e in want if not watcher.matching(e.alert, {"node": NODE, **e.labels})]
+
+        w("every expected alert in Alertmanager", lambda: not missing(), deadline_s=25.0)
+        t_fired = time.monotonic() - t_start
+
+        # -- every panel's and recording rule's query, over the faults' data ------------------
+        # The dashboard's range: everything this Prometheus has (it has run for less than the
+        # 5 minutes a user would pick): a first event counts only when `up` is there
+        # `$__range` before, which no query over a range older than the TSDB can see.
+        range_s = min(300, int(time.monotonic() - t_up) - 1)
+        no_data, errors = [], []
+        targets = panel_targets(range_s)
+        assert len(targets) >= 30, len(targets)
+        for dash, title, expr, instant in targets:
+            err, n = run_query(prom.base, expr, instant=instant, range_s=range_s, step_s=STEP_S)
+            if err:
+                errors.append(f"{dash} / {title}: {err}\n    {expr}")
+            elif n == 0:
+                no_data.append(f"{dash} / {title}:\n    {expr}")
+        recorded = recording_exprs(rules)
+        assert len(recorded) >= 3, recorded
+        for record, expr in recorded:
+            err, n = run_query(prom.base, expr, instant=True, range_s=range_s, step_s=STEP_S)
+            if err:
+                errors.append(f"recording rule {record}: {err}\n    {expr}")
+            elif n == 0:
+                no_data.append(f"recording rule {record}:\n    {expr}")
+        assert not errors, "queries that failed:\n" + "\n".join(errors)
+        assert not no_data, "queries without data after the faults:\n" + "\n".join(no_data)
+
+        # -- the agent stops: its target goes down, and only now may AgentDown fire -----------
+        assert not watcher.alerts("NodewardenAgentDown"), watcher.alerts("NodewardenAgentDown")
+        watcher.poll()
+        stop(procs["agent"])
+        assert procs.pop("agent").returncode == 0, logs["agent"].read_text()[-4000:]
+        w("NodewardenAgentDown in Alertmanager", lambda: bool(watcher.matching("NodewardenAgentDown", {"node": NODE})))
+        want.append(Expect.of("NodewardenAgentDown", "warning", "the agent stopped (SIGTERM): up == 0"))
+        judged = watcher.alerts()  # "none that must not fire" is judged up to here
+
+        # -- records lost: the agent starts again after the ring buffer went past its saved
+        # cursor, as when more was logged while it was down than the buffer holds: here the
+        # cursor is set back before the buffer's oldest record and the event journal (which
+        # would say what was read) is gone. Everything in the buffer is counted again, so
+        # this run's and earlier runs' Xids fire again: only the lost records are checked.
+        gap = set_cursor_before_buffer(host.state_dir, 40)
+        if gap:
+            start_agent()
+            w("NodewardenKmsgRecordsLost in Alertmanager", lambda: bool(
+                watcher.matching("NodewardenKmsgRecordsLost", {"node": NODE})))
+            assert (prom.value("nodewarden_collector_kmsg_lost_records_total") or 0) >= gap
+            want.append(Expect.of("NodewardenKmsgRecordsLost", "warning", f"agent restarted with its kmsg cursor "
+                                  f"{gap} records before the ring buffer's oldest one"))
+            stop(procs["agent"])
+            assert procs.pop("agent").returncode == 0, logs["agent"].read_text()[-4000:]
+        else:
+            warnings.warn("NodewardenKmsgRecordsLost not checked: this machine's kernel ring buffer has not "
+                          "wrapped since boot, so no saved cursor can lie before its oldest record")
+    finally:
+        watcher.stop()
+        for p in procs.values():
+            stop(p)
+        (tmp_path / "alerts-seen.json").write_text(json.dumps(watcher.alerts(), indent=1))  # for a failure
+
+    seen = watcher.alerts()
+    problems = [f"{r['labels']['alertname']} {r['labels']}: {', '.join(bad)}"
+                for r in seen for bad in [check_alert(r)] if bad]
+    assert not problems, "alerts with bad labels or annotations:\n" + "\n".join(problems)
+    quiet = [r["labels"] for r in judged if r["labels"].get("xid") == "13" or r["labels"].get("gpu") in ("0", "2")]
+    assert not quiet, f"alerts for the application Xid's GPU 2 or the corrected-ECC GPU 0: {quiet}"
+    extra = unexpected(judged, want)
+    assert not extra, "alerts that must not fire:\n" + "\n".join(map(str, extra))
+    common = {"alertname", "job", "instance", "cluster", "node", "severity"}
+    print(f"\n{len(want)} alerts fired, the last {t_fired:.1f}s after the start; test took "
+          f"{time.monotonic() - t_start:.1f}s")
+    for e in want:
+        (r, *_) = watcher.matching(e.alert, {"node": NODE, **e.labels})
+        labels = {k: v for k, v in r["labels"].items() if k not in common}
+        print(f"  {e.alert} ({r['labels']['severity']}) {labels}  <- {e.fault}")

@@ -1,0 +1,273 @@
+"""The Grafana dashboards: the committed JSON is what the code generates, it loads into the
+SDK's dashboard model, every panel is complete (title, description, unit, query on the
+``${datasource}`` variable), every query selects only series the agent exports or recording
+rules the mixin defines, through the job/cluster/node matchers, and every query parses
+(promtool)."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dashboards.mixin import config, grafana, promql
+from nodewarden.agent import exporter
+from nodewarden.collectors import nvml
+
+ROOT = Path(__file__).resolve().parents[2]
+GRAFANA_DIR = ROOT / "dashboards" / "grafana"
+GOLDEN = ROOT / "tests" / "golden"
+CFG = config.DEFAULT
+UIDS = {"nodewarden-fleet.json": "nodewarden-fleet", "nodewarden-node.json": "nodewarden-node",
+        "nodewarden-failure-stats.json": "nodewarden-failure-stats"}
+DOCS = grafana.dashboards(CFG)
+
+# PromQL words that are not metric names (functions are skipped because "(" follows them).
+KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool", "and", "or",
+            "unless", "atan2", "inf", "nan", "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count",
+            "count_values", "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`')
+_GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+_IDENT = re.compile(r"(?<![\w.$:])([a-zA-Z_:][a-zA-Z0-9_:]*)")
+
+
+def metric_names(expr: str) -> list[tuple[str, str]]:
+    """``(name, next char)`` for each metric name in a PromQL expression: identifiers outside
+    strings, matchers, ranges and grouping labels that are neither keywords nor functions."""
+    e = _STRING.sub('""', expr)
+    e = re.sub(r"\$\{?\w+\}?", "1", e)          # Grafana variables ($__range, ${node})
+    e = re.sub(r"\{[^}]*\}", "{}", e)
+    e = re.sub(r"\[[^\]]*\]", "[]", e)
+    e = _GROUPING.sub(" ", e)
+    out = []
+    for m in _IDENT.finditer(e):
+        rest = e[m.end():].lstrip()
+        if m.group(1) in KEYWORDS or rest.startswith("("):
+            continue
+        out.append((m.group(1), e[m.end():m.end() + 1]))
+    return out
+
+
+def recording_rule_names() -> set[str]:
+    try:
+        rules = importlib.import_module("dashboards.mixin.rules")
+    except ModuleNotFoundError:
+        return set()
+    return {r["record"] for g in rules.recording_groups(CFG) for r in g["rules"] if "record" in r}
+
+
+def known_series() -> set[str]:
+    """What the agent exports (golden scrapes' TYPE lines, its own families, the NVML
+    collector's declared series, which the golden GPUs lack some of) plus ``up`` and the
+    mixin's recording rules."""
+    names = {"up", *recording_rule_names(), *(f.name for f in exporter.FAMILIES), *nvml.SERIES}
+    for path in GOLDEN.glob("*.prom"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# TYPE "):
+                names.add(line.split()[2])
+    return names
+
+
+def lint(doc: dict, known: set[str]) -> list[str]:
+    """Problems of one dashboard JSON dict (empty when it is fine)."""
+    bad = []
+    ids = [p.get("id") for p in doc.get("panels", [])] + [q.get("id") for p in doc.get("panels", [])
+                                                          for q in p.get("panels") or ()]
+    if len(ids) != len(set(ids)) or None in ids:
+        bad.append(f"panel ids not unique: {ids}")
+    if "schemaVersion" not in doc:
+        bad.append("no schemaVersion")
+    names = [v["name"] for v in doc.get("templating", {}).get("list", [])]
+    has_node = "node" in names
+    if names[:3] != ["datasource", "cluster", "node"][:3 if has_node else 2]:
+        bad.append(f"variables: {names}")
+    for p in grafana.panels(doc):
+        title = p.get("title") or f"<panel {p.get('id')}>"
+        if not p.get("title"):
+            bad.append(f"{title}: no title")
+        if not (p.get("description") or "").strip():
+            bad.append(f"{title}: no description")
+        if not (p.get("fieldConfig", {}).get("defaults", {}).get("unit")):
+            bad.append(f"{title}: no unit")
+        targets = p.get("targets") or []
+        if not targets:
+            bad.append(f"{title}: no query")
+        if p.get("datasource", {}).get("uid") != "${datasource}":
+            bad.append(f"{title}: panel datasource {p.get('datasource')}")
+        for t in targets:
+            if t.get("datasource", {}).get("uid") != "${datasource}":
+                bad.append(f"{title}: target datasource {t.get('datasource')}")
+            expr = t.get("expr") or ""
+            needles = [f'{CFG.cluster_label}=~"$cluster"'] + ([f'{CFG.node_label}=~"$node"'] if has_node else [])
+            for needle in needles:
+                if needle not in expr:
+                    bad.append(f"{title}: no {needle} in {expr}")
+            for sel in re.findall(r"[a-zA-Z_:][\w:]*\{([^}]*)\}", expr):
+                if CFG.job_selector not in sel:
+                    bad.append(f"{title}: selector without {CFG.job_selector}: {{{sel}}}")
+            names = metric_names(expr)
+            if not names:
+                bad.append(f"{title}: no metric in {expr}")
+            for name, nxt in names:
+                if name not in known:
+                    bad.append(f"{title}: unknown series {name}")
+                if nxt != "{":
+                    bad.append(f"{title}: {name} without matchers")
+    return bad
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) drift
+
+def test_committed_json_is_what_the_code_generates():
+    committed = sorted(p.name for p in GRAFANA_DIR.glob("*.json"))
+    assert committed == sorted(DOCS), "dashboards/grafana/ holds other files than the code generates"
+    for name, doc in DOCS.items():
+        text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+        assert (GRAFANA_DIR / name).read_text(encoding="utf-8") == text, (
+            f"dashboards/grafana/{name} differs from the code: run python3 -m dashboards.mixin.build")
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) lint
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_loads_into_the_sdk_model_and_round_trips(name):
+    from grafana_foundation_sdk.cog import plugins
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import prometheus
+    from grafana_foundation_sdk.models.dashboard import Dashboard, Panel, RowPanel
+
+    plugins.register_default_plugins()
+    doc = json.loads((GRAFANA_DIR / name).read_text(encoding="utf-8"))
+    model = Dashboard.from_json(doc)
+    assert model.uid == UIDS[name] and model.schema_version == doc["schemaVersion"]
+    assert [type(p) for p in model.panels] == [RowPanel if p["type"] == "row" else Panel for p in doc["panels"]]
+    targets = [t for p in model.panels if isinstance(p, Panel) for t in p.targets]
+    assert targets and all(isinstance(t, prometheus.Dataquery) for t in targets)
+    back = json.loads(json.dumps(model, cls=JSONEncoder))
+    # The model fills in the defaults of panel options it decodes (a table's align: auto...);
+    # everything the file says must come back.
+    assert len(back["panels"]) == len(doc["panels"])
+    missing = _missing(doc, back)
+    assert missing == [], missing
+
+
+def _missing(want: object, got: object, path: str = "") -> list[str]:
+    """Paths of ``want`` (JSON data) that ``got`` lacks or holds with another value."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        return [m for k, v in want.items() for m in (_missing(v, got[k], f"{path}.{k}") if k in got else [f"{path}.{k}"])]
+    if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
+        return [m for i, (a, b) in enumerate(zip(want, got)) for m in _missing(a, b, f"{path}[{i}]")]
+    return [] if want == got else [path]
+
+
+@pytest.mark.parametrize("name", sorted(UIDS))
+def test_lint_passes(name):
+    doc = json.loads((GRAFANA_DIR / name).read_text(encoding="utf-8"))
+    assert doc["uid"] == UIDS[name]
+    assert lint(doc, known_series()) == []
+    assert len(grafana.panels(doc)) >= (7 if name == "nodewarden-failure-stats.json" else 20)
+
+
+def test_variables_and_links():
+    for name, doc in DOCS.items():
+        variables = doc["templating"]["list"]
+        ds = variables[0]
+        assert (ds["type"], ds["query"]) == ("datasource", "prometheus")
+        # the failure statistics read per-cluster recording rules: no node variable there
+        expected = (CFG.cluster_label,) if name == "nodewarden-failure-stats.json" else (CFG.cluster_label, CFG.node_label)
+        assert [v["name"] for v in variables[1:]] == list(expected)
+        for var, label in zip(variables[1:], expected):
+            assert var["type"] == "query" and var["multi"] and var["includeAll"] and var["allValue"] == ".*"
+            assert var["query"].startswith("label_values(nodewarden_build_info{" + CFG.job_selector)
+            assert var["query"].endswith(f", {label})") and var["datasource"]["uid"] == "${datasource}"
+        assert any(l["type"] == "dashboards" and "nodewarden" in l["tags"] for l in doc["links"])
+    fleet = DOCS["nodewarden-fleet.json"]
+    assert any(l.get("url", "").startswith("/d/nodewarden-node") and l["includeVars"] for l in fleet["links"])
+    data_links = [l["url"] for p in grafana.panels(fleet) for l in p["fieldConfig"]["defaults"].get("links", [])]
+    assert data_links and all("var-node=${__data.fields.node}" in u for u in data_links)
+
+
+def test_panel_queries_includes_panels_nested_in_rows():
+    doc = copy.deepcopy(DOCS["nodewarden-fleet.json"])
+    flat = grafana.panel_queries(doc)
+    row = next(p for p in doc["panels"] if p["type"] == "row")
+    moved = [p for p in doc["panels"] if p["type"] != "row"][:2]
+    doc["panels"] = [p for p in doc["panels"] if p not in moved]
+    row["panels"], row["collapsed"] = moved, True
+    assert sorted(grafana.panel_queries(doc)) == sorted(flat)
+    assert ("Xid errors by group", flat[0][1]) == flat[0]
+
+
+def test_lint_fails_on_a_made_up_metric_and_on_missing_parts():
+    doc = copy.deepcopy(DOCS["nodewarden-fleet.json"])
+    panel = grafana.panels(doc)[0]
+    panel["targets"][0]["expr"] = panel["targets"][0]["expr"].replace(
+        "nodewarden_gpu_xid_errors_total{", "nodewarden_gpu_xid_made_up_total{", 1)
+    grafana.panels(doc)[1]["fieldConfig"]["defaults"].pop("unit")
+    grafana.panels(doc)[2]["targets"][0]["datasource"] = {"type": "prometheus", "uid": "prom-1"}
+    problems = lint(doc, known_series())
+    assert any("unknown series nodewarden_gpu_xid_made_up_total" in p for p in problems), problems
+    assert any(p.endswith(": no unit") for p in problems)
+    assert any("target datasource" in p for p in problems)
+
+
+def test_metric_names_tokenizer():
+    expr = ('sum by (cluster, node) (increase(nodewarden_edac_correctable_errors_total{job="x",dimm=~"a b"}[5m]))'
+            ' / on(job) group_left() max(up{job="x"} offset 30d) > bool 3 unless nodewarden_gpu_lost')
+    assert metric_names(expr) == [("nodewarden_edac_correctable_errors_total", "{"), ("up", "{"),
+                                  ("nodewarden_gpu_lost", "")]
+    assert metric_names(promql.expand_grafana('gpu_xid:nodewarden_gpu_xid_errors_total:policy{a="$node"}')) == [
+        ("gpu_xid:nodewarden_gpu_xid_errors_total:policy", "{")]
+
+
+def test_recording_rules_used_exist_when_rules_are_defined():
+    defined = recording_rule_names()
+    used = {n for d in DOCS.values() for _, e in grafana.panel_queries(d) for n, _ in metric_names(e) if ":" in n}
+    assert used, "the dashboards use the policy recording rule"
+    if not defined and importlib.util.find_spec("dashboards.mixin.rules") is None:
+        pytest.skip("dashboards/mixin/rules.py is not there")
+    assert used <= defined
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) every query parses
+
+def _promtool_check(exprs: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    rules = [{"record": f"nodewarden:dashboard_lint:q{i}", "expr": e} for i, e in enumerate(exprs)]
+    path = tmp_path / "queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard-queries", "rules": rules}]}), encoding="utf-8")
+    return subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def promtool():
+    if shutil.which("promtool") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool is not installed (CI=true)")
+        pytest.skip("promtool is not installed")
+
+
+def test_every_query_parses(promtool, tmp_path):
+    exprs = [promql.expand_grafana(e) for d in DOCS.values() for _, e in grafana.panel_queries(d)]
+    assert len(exprs) > 50
+    assert not [e for e in exprs if "$" in e], "a Grafana variable is left after expand_grafana"
+    res = _promtool_check(exprs, tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{len(exprs)} rules found" in res.stdout
+
+
+def test_promtool_check_rejects_a_broken_query(promtool, tmp_path):
+    expr = promql.expand_grafana(grafana.panel_queries(DOCS["nodewarden-node.json"])[0][1])
+    res = _promtool_check([expr[:-1]], tmp_path)  # one closing parenthesis short
+    assert res.returncode != 0

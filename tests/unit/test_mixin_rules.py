@@ -1,0 +1,240 @@
+"""dashboards/: the alerting and recording rules (mixin/rules.py), their committed files, their
+promtool unit tests (dashboards/tests/*.yaml) and the runbooks.
+
+promtool (Debian package ``prometheus``) checks and unit-tests the committed rule files; without
+it those tests are skipped, except in CI (``CI=true``), where they fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dashboards.mixin import build, config, promql, rules
+from nodewarden.agent import exporter
+
+REPO = Path(__file__).resolve().parents[2]
+DASH = REPO / "dashboards"
+ALERTS_FILE = DASH / "alerts" / "nodewarden-alerts.yaml"
+RULES_FILE = DASH / "rules" / "nodewarden-rules.yaml"
+TEST_FILES = sorted((DASH / "tests").glob("*.yaml"))
+RUNBOOKS = DASH / "runbooks.md"
+
+# The names the other parts (dashboards, end-to-end test) rely on.
+CONTRACT_ALERTS = {
+    "NodewardenGpuLost", "NodewardenGpuUncorrectableEcc", "NodewardenGpuRowRemapFailure",
+    "NodewardenGpuRowRemapPending", "NodewardenGpuHardwareXid", "NodewardenGpuNvlinkErrors",
+    "NodewardenIbFlashCutStorm", "NodewardenIbPortDown", "NodewardenIbPortDegraded",
+    "NodewardenEdacUncorrectable", "NodewardenEdacCorrectableRate", "NodewardenMachineCheck",
+    "NodewardenPcieLinkDowntrained", "NodewardenValidatorFailed", "NodewardenValidatorStale",
+    "NodewardenAgentDown", "NodewardenCollectorFailing", "NodewardenKmsgRecordsLost",
+}
+CONTRACT_RECORDS = {
+    "gpu_xid:nodewarden_gpu_xid_errors_total:policy",
+    "cluster_xid:nodewarden_gpu_xid_errors:interval_increase",
+    "cluster:nodewarden_edac_errors:interval_increase",
+    "cluster:nodewarden_ib_flash_cuts:interval_increase",
+}
+APPLICATION_XIDS = (13, 31, 43, 45)
+
+
+def _alert_rules(cfg: config.Config = config.DEFAULT) -> list[dict]:
+    return [r for g in rules.alert_groups(cfg) for r in g["rules"]]
+
+
+def _record_rules(cfg: config.Config = config.DEFAULT) -> list[dict]:
+    return [r for g in rules.recording_groups(cfg) for r in g["rules"]]
+
+
+def _promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool is not installed (Debian package prometheus): CI must run the rule tests")
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    return path
+
+
+# ---- the committed files ---------------------------------------------------------------------
+
+def test_committed_rule_files_are_what_the_code_generates() -> None:
+    assert ALERTS_FILE.read_text() == build._yaml({"groups": rules.alert_groups(config.DEFAULT)}), \
+        "run python3 -m dashboards.mixin.build"
+    assert RULES_FILE.read_text() == build._yaml({"groups": rules.recording_groups(config.DEFAULT)}), \
+        "run python3 -m dashboards.mixin.build"
+
+
+def test_promtool_check_rules() -> None:
+    r = subprocess.run([_promtool(), "check", "rules", str(ALERTS_FILE), str(RULES_FILE)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"SUCCESS: {len(_alert_rules())} rules found" in r.stdout
+    assert f"SUCCESS: {len(_record_rules())} rules found" in r.stdout
+
+
+def test_promtool_unit_tests_pass() -> None:
+    r = subprocess.run([_promtool(), "test", "rules", *[p.name for p in TEST_FILES]], cwd=DASH / "tests",
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("SUCCESS") == len(TEST_FILES), r.stdout
+
+
+# ---- the alerts' table, labels and annotations ----------------------------------------------
+
+def test_every_contract_alert_exists_once_with_the_table_severity() -> None:
+    got = [r["alert"] for r in _alert_rules()]
+    assert sorted(got) == sorted({a.name for a in rules.ALERTS}), "ALERTS and the rules differ"
+    assert len(got) == len(set(got))
+    assert CONTRACT_ALERTS <= set(got)
+    for r in _alert_rules():
+        assert r["labels"]["severity"] == rules.BY_NAME[r["alert"]].severity
+        assert r["labels"]["severity"] in ("critical", "warning", "info")
+        assert rules.BY_NAME[r["alert"]].meaning
+
+
+def test_every_contract_recording_rule_exists() -> None:
+    assert CONTRACT_RECORDS <= {r["record"] for r in _record_rules()}
+
+
+def _runbook_sections() -> list[str]:
+    return re.findall(r"^## (\S+)\s*$", RUNBOOKS.read_text(), flags=re.M)
+
+
+def test_every_alert_has_annotations_and_a_runbook_section() -> None:
+    sections = _runbook_sections()
+    anchors = {s.lower() for s in sections}
+    for r in _alert_rules():
+        ann = r["annotations"]
+        assert ann["summary"] and ann["description"], r["alert"]
+        assert "{{ $labels.node }}" in ann["description"], f"{r['alert']}: the description names no node"
+        url = ann["runbook_url"]
+        assert url == "https://github.com/nodewarden/nodewarden/blob/main/dashboards/runbooks.md#" + r["alert"].lower()
+        assert url.rsplit("#", 1)[1] in anchors, f"{r['alert']}: no section ## {r['alert']} in runbooks.md"
+
+
+def test_every_runbook_section_is_an_alert() -> None:
+    sections = _runbook_sections()
+    assert len(sections) == len(set(sections))
+    assert set(sections) == {r["alert"] for r in _alert_rules()}
+
+
+def test_device_alerts_name_their_device() -> None:
+    device = {"NodewardenGpuLost": "gpu", "NodewardenGpuHardwareXid": "xid", "NodewardenGpuNvlinkErrors": "link",
+              "NodewardenIbPortDown": "device", "NodewardenEdacUncorrectable": "dimm",
+              "NodewardenPcieLinkDowntrained": "pci_bus_id", "NodewardenValidatorFailed": "check",
+              "NodewardenCollectorFailing": "collector"}
+    by = {r["alert"]: r for r in _alert_rules()}
+    for name, label in device.items():
+        assert "{{ $labels.%s }}" % label in by[name]["annotations"]["description"], name
+    assert "nodewarden xid {{ $labels.xid }}" in by["NodewardenGpuHardwareXid"]["annotations"]["description"]
+    assert "{{ $labels.action }}" in by["NodewardenGpuHardwareXid"]["annotations"]["description"]
+
+
+# ---- configuration ---------------------------------------------------------------------------
+
+def test_for_and_windows_come_from_the_config() -> None:
+    zero = dataclasses.replace(config.DEFAULT, for_short="0s", for_long="0s", fault_window="30s")
+    assert all("for" not in r for r in _alert_rules(zero))
+    assert all("[10m]" not in r["expr"] for r in _alert_rules(zero))
+    fors = {r["alert"]: r.get("for") for r in _alert_rules(dataclasses.replace(config.DEFAULT, for_short="2m",
+                                                                             for_long="17m"))}
+    assert fors["NodewardenGpuLost"] == "2m" and fors["NodewardenAgentDown"] == "2m"
+    assert fors["NodewardenIbPortDown"] == "17m" and fors["NodewardenCollectorFailing"] == "17m"
+    assert set(fors.values()) <= {None, "2m", "17m"}
+    exprs = {r["alert"]: r["expr"] for r in _alert_rules(dataclasses.replace(config.DEFAULT, fault_window="30s",
+                                                                           edac_ce_window="12h",
+                                                                           edac_ce_threshold=4))}
+    assert "[30s]" in exprs["NodewardenGpuHardwareXid"] and "offset 30s" in exprs["NodewardenGpuHardwareXid"]
+    assert "[12h]" in exprs["NodewardenEdacCorrectableRate"] and exprs["NodewardenEdacCorrectableRate"].endswith(">= 4")
+
+
+def test_ib_port_selector_reaches_every_ib_selector() -> None:
+    cfg = dataclasses.replace(config.DEFAULT, ib_port_selector='device=~"mlx5_[0-7]"')
+    for r in _alert_rules(cfg):
+        for name in promql.metric_names(r["expr"]):
+            if name.startswith("nodewarden_ib_"):
+                selectors = re.findall(re.escape(name) + r"\{([^}]*)\}", r["expr"])
+                assert selectors and all('device=~"mlx5_[0-7]"' in s for s in selectors), (r["alert"], name)
+
+
+def test_hardware_xid_regex_follows_the_policy_and_leaves_out_application_xids() -> None:
+    expr = rules.policy_labels("x")
+    hw = re.search(r'"hardware", "true", "xid", "([0-9|]+)"', expr)
+    assert hw is not None
+    codes = {int(c) for c in hw.group(1).split("|")}
+    assert codes == set(promql.hardware_xid_codes())
+    assert not codes.intersection(APPLICATION_XIDS)
+    assert {48, 63, 64, 74, 79, 94, 95} <= codes
+    for action, regex in re.findall(r'"action", "(\w+)", "xid", "([0-9|]+)"', expr):
+        assert tuple(int(c) for c in regex.split("|")) == promql.xid_codes_by_action()[action]
+    hw_alert = next(r for r in _alert_rules() if r["alert"] == "NodewardenGpuHardwareXid")
+    assert 'hardware="true"' in hw_alert["expr"]
+
+
+# ---- the promtool unit tests -----------------------------------------------------------------
+
+def _test_docs() -> list[tuple[Path, dict]]:
+    return [(p, yaml.safe_load(p.read_text())) for p in TEST_FILES]
+
+
+def test_unit_tests_load_the_committed_rule_files() -> None:
+    assert TEST_FILES
+    for path, doc in _test_docs():
+        assert doc["rule_files"] == ["../alerts/nodewarden-alerts.yaml", "../rules/nodewarden-rules.yaml"], path.name
+
+
+def test_every_alert_has_a_firing_and_a_non_firing_case() -> None:
+    firing: set[str] = set()
+    quiet: set[str] = set()
+    for _, doc in _test_docs():
+        for case in doc["tests"]:
+            for t in case.get("alert_rule_test", []):
+                (firing if t.get("exp_alerts") else quiet).add(t["alertname"])
+                for a in t.get("exp_alerts") or []:
+                    # literal expectations: every firing case states the severity and all three annotations
+                    assert a["exp_labels"]["severity"] == rules.BY_NAME[t["alertname"]].severity
+                    assert set(a["exp_annotations"]) == {"summary", "description", "runbook_url"}
+                    assert "{{" not in a["exp_annotations"]["description"]
+    names = {r["alert"] for r in _alert_rules()}
+    assert names - firing == set(), "alerts without a case where they fire"
+    assert names - quiet == set(), "alerts without a case where they must not fire"
+
+
+def test_recording_rules_are_unit_tested() -> None:
+    tested = {name for _, doc in _test_docs() for case in doc["tests"] for t in case.get("promql_expr_test", [])
+              for name in promql.metric_names(t["expr"])}
+    assert {r["record"] for r in _record_rules()} <= tested
+
+
+def test_input_series_carry_the_scrape_labels() -> None:
+    for path, doc in _test_docs():
+        for case in doc["tests"]:
+            for s in case["input_series"]:
+                labels = dict(re.findall(r'(\w+)="([^"]*)"', s["series"]))
+                assert {"job", "instance", "node"} <= set(labels), (path.name, s["series"])
+                if not s["series"].startswith("up{"):
+                    assert labels["job"] == "nodewarden", (path.name, s["series"])
+
+
+# ---- series names ----------------------------------------------------------------------------
+
+def _exported_names() -> set[str]:
+    names = {m for p in (REPO / "tests" / "golden").glob("*.prom")
+             for m in re.findall(r"^# TYPE (\S+) ", p.read_text(), flags=re.M)}
+    return names | {f.name for f in exporter.FAMILIES} | {r["record"] for r in _record_rules()} | {"up"}
+
+
+def test_every_series_a_rule_uses_is_exported() -> None:
+    known = _exported_names()
+    assert "nodewarden_gpu_lost" in known and "nodewarden_ib_port_info" in known
+    for r in _alert_rules() + _record_rules():
+        names = promql.metric_names(r["expr"])
+        assert names, r
+        assert names <= known, (r.get("alert") or r.get("record"), sorted(names - known))
