@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -124,7 +125,11 @@ def check(root: Path = HERE, cfg: cfgmod.Config = cfgmod.DEFAULT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m dashboards.mixin.build", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="python3 -m dashboards.mixin.build", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write (or check) the generated dashboards, alert rules and recording rules under dashboards/ "
+                    "(run from the repository root).",
+        epilog="settings for --set (KEY=DEFAULT):\n  " + "\n  ".join(cfgmod.describe()))
     ap.add_argument("--out", type=Path, default=HERE, help="folder to write into (default: dashboards/)")
     ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 when any differs")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a Config field (repeatable)")
@@ -136,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         bad = check(args.out, cfg)
+        again = " ".join(["python3 -m dashboards.mixin.build"]
+                         + ([f"--out {args.out}"] if args.out != HERE else [])
+                         + [f"--set {shlex.quote(kv)}" for kv in args.set])
         for rel in bad:
-            print(f"{rel}: differs from what dashboards/mixin generates; run python3 -m dashboards.mixin.build",
-                  file=sys.stderr)
+            print(f"{rel}: differs from what dashboards/mixin generates; run {again}", file=sys.stderr)
         return 1 if bad else 0
     for path in write(args.out, cfg):
         print(path)

@@ -9,6 +9,7 @@ the same rules with short windows and no ``for`` so that alerts fire within seco
 from __future__ import annotations
 
 import dataclasses
+import re
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,23 +36,49 @@ class Config:
     flash_cut_storm_window: str = "1h"
     # Optional extra selector for the IB ports that must be up (e.g. 'device=~"mlx5_[0-7]"').
     ib_port_selector: str = ""
+    # How far before a fault window the event counters (Xid, MCE, flash cuts...) look for their
+    # value then: a rise across a reboot or scrape gap shorter than this still counts.
+    outage_lookback: str = "1h"
+    # A node lists fewer GPUs than it did within this window: a GPU went missing.
+    gpu_missing_window: str = "1d"
+    # Alerts on a state (a GPU lost, a port down, a failed check) keep firing this long after
+    # their condition last held, so that an agent restart or a scrape gap neither resolves
+    # them nor pages them again; "0s" turns it off (the end-to-end test).
+    keep_firing_for: str = "15m"
+    # Where each alert's runbook_url points (the alert's name in lower case is appended).
+    runbook_url_base: str = "https://github.com/nodewarden/nodewarden/blob/main/dashboards/runbooks.md#"
     # Evaluation interval of the rule groups.
     interval: str = "1m"
 
 
 DEFAULT = Config()
 
+# Fields that are Prometheus durations ("30s", "10m", "1h30m", "8d"...).
+DURATIONS = frozenset({"fault_window", "for_short", "for_long", "edac_ce_window", "flash_cut_storm_window",
+                       "outage_lookback", "gpu_missing_window", "keep_firing_for", "interval"})
+_DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
+
+
+def describe() -> list[str]:
+    """``key=default`` for every setting, for ``--help``."""
+    return [f"{f.name}={f.default!r}" for f in dataclasses.fields(Config)]
+
 
 def with_overrides(base: Config, pairs: list[str]) -> Config:
     """``["fault_window=30s", "flash_cut_storm_count=5"]`` -> a Config; raises ValueError
-    naming an unknown key or a value of the wrong type."""
+    naming an unknown key, a missing ``=``, or a value of the wrong type (an integer, a
+    Prometheus duration)."""
     fields = {f.name: f for f in dataclasses.fields(Config)}
     changes: dict[str, object] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or key not in fields:
+        if key not in fields:
             raise ValueError(f"unknown mixin setting {key!r} (known: {', '.join(sorted(fields))})")
+        if not sep:
+            raise ValueError(f"{key}: expected {key}=VALUE")
         current = getattr(base, key)
+        if key in DURATIONS and (not value or not _DURATION.fullmatch(value)):
+            raise ValueError(f"{key}: expected a Prometheus duration (30s, 10m, 1h, 8d), got {value!r}")
         try:
             changes[key] = int(value) if isinstance(current, int) else value
         except ValueError:

@@ -15,27 +15,34 @@ def sel(cfg: Config, metric: str, *matchers: str) -> str:
     return f"{metric}{{{inner}}}"
 
 
-def exact_increase(series: str, window: str) -> str:
+def exact_increase(series: str, window: str, lookback: str | None = None) -> str:
     """The increase of each counter series since ``window`` ago, without ``increase()``'s
     extrapolation (an integer for integer counters): the difference to the value then, or after
-    a counter reset the value itself (counted from 0). No result for a series without a sample
-    ``window`` ago. ``series`` is a selector (no range)."""
-    return f"({series} - {series} offset {window} >= 0) or ({series} < {series} offset {window})"
+    a counter reset the value itself (counted from 0). The value "then" is the last sample at
+    most ``lookback`` before ``window`` ago (default: Prometheus's lookback, 5 minutes), so a
+    rise across a scrape gap shorter than ``lookback`` counts. No result for a series without
+    such a sample. ``series`` is a selector (no range)."""
+    then = f"last_over_time({series}[{lookback}] offset {window})" if lookback else f"{series} offset {window}"
+    return f"({series} - {then} >= 0) or ({series} < {then})"
 
 
-def window_increase(series: str, window: str) -> str:
-    """:func:`exact_increase`, and ``increase()`` for a series that had no sample ``window`` ago
-    (Prometheus or the target were down then): for counters that exist from the agent's first
-    poll at whatever value the hardware holds (GPU ECC, sysfs EDAC, NVLink), where a series
-    first seen is old errors, not new ones."""
-    return f"{exact_increase(series, window)} or increase({series}[{window}])"
+def window_increase(series: str, window: str, lookback: str | None = None) -> str:
+    """The increase over ``window`` of counters that exist from the agent's first poll at
+    whatever value the hardware holds (GPU ECC, sysfs EDAC, NVLink), where a series first seen
+    is old errors, not new ones: :func:`exact_increase`, except for a series that was reset
+    inside the window (a GPU reset, a reboot: the exact difference would miss the errors before
+    the reset) or that has no sample ``window`` ago (Prometheus or the target were down then),
+    which get ``increase()``."""
+    return (f"(({exact_increase(series, window, lookback)}) unless resets({series}[{window}]) > 0)"
+            f" or increase({series}[{window}])")
 
 
-def _born(cfg: Config, series: str, window: str, born: str | None, ignoring: str) -> str:
+def _born(cfg: Config, series: str, window: str, born: str | None, ignoring: str, lookback: str | None = None) -> str:
     born = born or series
     up = sel(cfg, "up")
     ign = f" ignoring({ignoring})" if ignoring else ""
-    return f"(({series} unless{ign} {born} offset {window}) and on(job, instance) ({up} offset {window} == 1))"
+    then = f"last_over_time({born}[{lookback}] offset {window})" if lookback else f"{born} offset {window}"
+    return f"(({series} unless{ign} {then}) and on(job, instance) ({up} offset {window} == 1))"
 
 
 def increase_with_first(cfg: Config, series: str, window: str, born: str | None = None,
@@ -49,8 +56,11 @@ def increase_with_first(cfg: Config, series: str, window: str, born: str | None 
     :func:`window_increase`. ``series`` is a selector (no range); ``born`` the series judged
     for birth (default ``series``; a recording rule passes the raw counter it relabels, so
     that loading the rules does not make every old fault new), ``ignoring`` the labels the
-    recording rule added."""
-    return f"{_born(cfg, series, window, born, ignoring)} or {window_increase(series, window)}"
+    recording rule added. These counters are sparse (one series per device and code that
+    had an event), so "before the window" looks back ``cfg.outage_lookback`` (an hour): a rise
+    across a node's reboot or a scrape gap counts, and a series seen before it is not new."""
+    lb = cfg.outage_lookback
+    return f"{_born(cfg, series, window, born, ignoring, lb)} or {window_increase(series, window, lb)}"
 
 
 def interval_increase(cfg: Config, series: str, interval: str, born: str | None = None,

@@ -33,6 +33,7 @@ SEVERITIES = ("critical", "warning", "info")
 
 XID = "nodewarden_gpu_xid_errors_total"
 XID_POLICY = "gpu_xid:nodewarden_gpu_xid_errors_total:policy"
+GPU_COUNT = "cluster_node:nodewarden_gpus:count"  # GPUs NVML lists per node
 # Exact counts per evaluation interval, for the failure-statistics tables over long ranges
 # (promql.interval_increase): one series per cluster and code (or kind), not per GPU.
 CLUSTER_XID = "cluster_xid:nodewarden_gpu_xid_errors:interval_increase"
@@ -73,6 +74,8 @@ class Alert:
 ALERTS: tuple[Alert, ...] = (
     Alert("NodewardenGpuLost", "critical", "nodewarden-gpu",
           "NVML answers GPU_IS_LOST for a GPU: it fell off the bus (Xid 79) and no job can use it."),
+    Alert("NodewardenGpuMissing", "critical", "nodewarden-gpu",
+          "NVML lists fewer GPUs on the node than it did within the last day: a GPU is gone from the driver."),
     Alert("NodewardenGpuUncorrectableEcc", "critical", "nodewarden-gpu",
           "The GPU's volatile uncorrected ECC counter rose: a double-bit error in its memory."),
     Alert("NodewardenGpuRowRemapFailure", "critical", "nodewarden-gpu",
@@ -99,6 +102,8 @@ ALERTS: tuple[Alert, ...] = (
           "A PCIe link trained below its maximum width (or generation, for non-NVIDIA functions)."),
     Alert("NodewardenValidatorFailed", "critical", "nodewarden-validator",
           "A check of the last scheduled `nodewarden validate` run failed: the node should be drained."),
+    Alert("NodewardenValidatorIncomplete", "warning", "nodewarden-validator",
+          "A check of the last validator run could not run (status error): the node's health is unknown."),
     Alert("NodewardenValidatorStale", "warning", "nodewarden-validator",
           "The node's last validator run is older than the stale limit (8 days), or it never ran."),
     Alert("NodewardenAgentDown", "warning", "nodewarden-agent",
@@ -140,7 +145,11 @@ def _alert(name: str, expr: str, summary: str, description: str, for_: str | Non
 def _with_gpu_info(cfg: Config, expr: str) -> str:
     """``expr`` (per ``gpu``) with ``pci_bus_id`` and ``uuid`` from ``nodewarden_gpu_info``; a GPU
     without an info series (lost before its first poll) keeps its alert without them."""
-    info = sel(cfg, "nodewarden_gpu_info")
+    # one info series per GPU even when a target is scraped twice or a GPU's identity changed
+    # between two scrapes (two series in the lookback): a many-to-many match would fail the rule
+    # last_over_time over the fault window: the identity stays while the fault's own range does
+    # (an agent restart must not turn one alert into two with other labels)
+    info = f'topk by (job, instance, gpu) (1, last_over_time({sel(cfg, "nodewarden_gpu_info")}[{cfg.fault_window}]))'
     return f"({expr}) * on(job, instance, gpu) group_left(pci_bus_id, uuid) {info} or on(job, instance, gpu) ({expr})"
 
 
@@ -185,6 +194,9 @@ def recording_groups(cfg: Config) -> list[dict]:
       dashboard's Tables VI and VII read one series per cluster and code, where the raw
       counters would load a sample per GPU and scrape over months.
 
+    * ``cluster_node:nodewarden_gpus:count``: the GPUs NVML lists per node (``job, instance,
+      cluster, node``), whose drop NodewardenGpuMissing watches over a day.
+
     One group, evaluated in order every ``cfg.interval``: the Xid count reads the policy
     series of the same evaluation."""
     i = cfg.interval
@@ -202,6 +214,8 @@ def recording_groups(cfg: Config) -> list[dict]:
             {"record": CLUSTER_XID, "expr": f"sum by ({job}, xid, category, hardware) ({xid})"},
             {"record": CLUSTER_EDAC, "expr": f"{edac(EDAC_CE, 'corrected')} or {edac(EDAC_UE, 'uncorrected')}"},
             {"record": CLUSTER_FLASH_CUTS, "expr": f"sum by ({job}) ({cuts})"},
+            {"record": GPU_COUNT,
+             "expr": f"count by (job, instance, {_grouping(cfg)}) ({sel(cfg, 'nodewarden_gpu_info')})"},
         ],
     }]
 
@@ -215,7 +229,20 @@ def _gpu(cfg: Config) -> list[dict]:
     crc = sel(cfg, nvl, 'type=~"crc_flit|crc_data"')
     rr = sel(cfg, nvl, 'type=~"replay|recovery"')
     gpu = GPU
+    count = sel(cfg, GPU_COUNT)
+    up = sel(cfg, "up")
+    target = f"job, instance, {_grouping(cfg)}"
+    missing = (f"max_over_time({count}[{cfg.gpu_missing_window}]) > on({target}) ({count}"
+               f" or on({target}) max by ({target}) ({up} == 1) * 0)")
     return [
+        _alert("NodewardenGpuMissing", missing,
+               "[[node]] lists fewer GPUs than it had",
+               f"NVML on [[node]] lists fewer GPUs than the [[count]] it listed within the last "
+               f"{cfg.gpu_missing_window}: a GPU did not come back after a reboot or reset, or the driver lost "
+               "it (or NVML answers nothing at all). Jobs sized for the whole node cannot start. Drain the node, "
+               "compare `nvidia-smi -L` and `lspci -d 10de:` with the node's GPU count; a GPU missing from lspci "
+               "too needs a reseat or repair. The alert clears once the count is back (or, for a GPU removed "
+               f"on purpose, {cfg.gpu_missing_window} later).", cfg.for_long),
         _alert("NodewardenGpuLost",
                _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_lost')} == 1"),
                "GPU [[gpu]] on [[node]] is lost (fell off the bus)",
@@ -264,8 +291,9 @@ def _ib(cfg: Config) -> list[dict]:
     ib = cfg.ib_port_selector
     cuts = sel(cfg, "nodewarden_ib_flash_cuts_total", ib)
     state = sel(cfg, "nodewarden_ib_port_state", ib)
+    phys = sel(cfg, "nodewarden_ib_port_phys_state", ib)
     rate = sel(cfg, "nodewarden_ib_port_rate_bytes_per_second", ib)
-    info = sel(cfg, "nodewarden_ib_port_info", ib)
+    info = f'topk by (job, instance, device, port) (1, {sel(cfg, "nodewarden_ib_port_info", ib)})'
     port = "on(job, instance, device, port)"
     # an ACTIVE port's rate, with its link layer and board (a DOWN port's rate is stale)
     active = f"({rate} * {port} group_left(link_layer, board_id) {info} and {port} {state} == 4)"
@@ -279,12 +307,13 @@ def _ib(cfg: Config) -> list[dict]:
                "and transceiver (`mlxlink -d [[device]] -m`), the switch port's error counters, and reseat "
                "or replace the cable."),
         _alert("NodewardenIbPortDown",
-               f"{state} != 4",
+               f"{state} != 4 unless {port} {phys} == 3",
                "IB port [[device]]/[[port]] on [[node]] is not ACTIVE",
                f"IB port [[device]]/[[port]] on [[node]] has been in state [[value]] (4 = ACTIVE) for "
                f"{cfg.for_long}: jobs that need it fail or run without it. Check `ibstat [[device]] [[port]]` "
-               "(phys_state Polling: no link; Disabled: switch side), the cable and the subnet manager, "
-               "then run `nodewarden validate --checks links`.", cfg.for_long),
+               "(phys_state Polling: no link, LinkErrorRecovery: a bad link), the cable and the subnet manager, "
+               "then run `nodewarden validate --checks links`. A port whose phys_state is Disabled (3) was "
+               "switched off on purpose and does not alert.", cfg.for_long),
         _alert("NodewardenIbPortDegraded",
                f"{active} < on(job, instance, link_layer, board_id) group_left() "
                f"max by (job, instance, link_layer, board_id) {active}",
@@ -322,7 +351,8 @@ def _host(cfg: Config) -> list[dict]:
         f' or label_replace(({below(gen)}) unless on(job, instance, pci_bus_id) {nvidia},'
         ' "dimension", "generation", "", "")'
         # a GPU the sysfs collector does not see (no /sys access, collector off): NVML's width
-        f' or label_replace(({below(gpu_width)}) * on(job, instance, gpu) group_left(pci_bus_id) {gpu_info}'
+        f' or label_replace(({below(gpu_width)}) * on(job, instance, gpu) group_left(pci_bus_id)'
+        f' topk by (job, instance, gpu) (1, {gpu_info})'
         f' unless on(job, instance, pci_bus_id) {sel(cfg, width)}, "dimension", "width", "", "")'
     )
     return [
@@ -372,10 +402,20 @@ def _validator(cfg: Config) -> list[dict]:
         _alert("NodewardenValidatorFailed",
                sel(cfg, "nodewarden_validator_check_status", 'status="fail"') + " == 1",
                "Validator check [[check]] failed on [[node]]",
-               "The last scheduled validator run on [[node]] failed its [[check]] check: the node is not "
-               "fit for jobs. Drain it, read the report (`/var/lib/nodewarden/validate.json`), rerun "
-               "`nodewarden validate --checks [[check]]` after the repair, and return it when it passes.",
-               cfg.for_short),
+               "The last validator report on [[node]] failed its [[check]] check: the node is not fit for "
+               "jobs. Drain it, read the report (`/var/lib/nodewarden/validate.json`), and after the repair "
+               "rerun the suite into the agent's report (`nodewarden validate --json "
+               "/var/lib/nodewarden/validate.json`): the agent exports the new report within a poll and the "
+               "alert clears when it passes.", cfg.for_short),
+        _alert("NodewardenValidatorIncomplete",
+               sel(cfg, "nodewarden_validator_check_status", 'status="error"') + " == 1",
+               "Validator check [[check]] could not run on [[node]]",
+               "The last validator report on [[node]] has its [[check]] check in error: it could not run "
+               "(for the GPU checks: no CUDA device, PyTorch missing or CPU-only, a CUDA error), so the "
+               "node's health is unknown (`nodewarden validate` exited 3). Read the check's reason in "
+               "`/var/lib/nodewarden/validate.json`; `nvidia-smi` failing or GPUs missing means a "
+               "driver or hardware fault: drain the node. Rerun with `nodewarden validate --checks "
+               "[[check]] --json /var/lib/nodewarden/validate.json` once fixed.", cfg.for_short),
         _alert("NodewardenValidatorStale",
                stale,
                "No recent validator run on [[node]]",
@@ -414,16 +454,40 @@ def _agent(cfg: Config) -> list[dict]:
                f"({promql.window_increase(lost, w)}) > 0 or ({promql.window_increase(overruns, w)}) > 0",
                "The agent on [[node]] lost kernel-log records",
                f"The kernel-log reader on [[node]] lost records or overran the ring buffer in the last {w}: "
-               "Xid, ECC, MCE and link events in them are not counted. Look at `dmesg` on the node for what "
-               "flooded it, and consider a larger ring buffer (`log_buf_len=`)."),
+               "Xid, ECC, MCE and link events in them are not counted. Either the agent was stopped while "
+               "the kernel logged past its ring buffer (`journalctl -u nodewarden-agent`), or something "
+               "flooded the log (`dmesg`): stop the flood, or give the kernel a larger ring buffer "
+               "(`log_buf_len=`)."),
     ]
+
+
+# Alerts on a state that an agent restart or a scrape gap would resolve and then page again:
+# they keep firing for ``cfg.keep_firing_for`` after their condition last held.
+KEEP_FIRING = frozenset({
+    "NodewardenGpuLost", "NodewardenGpuMissing", "NodewardenGpuRowRemapFailure", "NodewardenGpuRowRemapPending",
+    "NodewardenIbPortDown", "NodewardenIbPortDegraded", "NodewardenPcieLinkDowntrained",
+    "NodewardenValidatorFailed", "NodewardenValidatorIncomplete", "NodewardenCollectorFailing",
+})
+
+
+def _finish(cfg: Config, rule: dict) -> dict:
+    """``cfg``'s keep_firing_for and runbook base applied to one alert rule."""
+    out = {"alert": rule["alert"], "expr": rule["expr"]}
+    if "for" in rule:
+        out["for"] = rule["for"]
+    if rule["alert"] in KEEP_FIRING and cfg.keep_firing_for not in ("0", "0s", ""):
+        out["keep_firing_for"] = cfg.keep_firing_for
+    out["labels"] = rule["labels"]
+    out["annotations"] = {**rule["annotations"],
+                          "runbook_url": cfg.runbook_url_base + rule["alert"].lower()}
+    return out
 
 
 def alert_groups(cfg: Config) -> list[dict]:
     """The alerting-rule groups (one per subsystem), every rule of :data:`ALERTS` exactly once,
     in that order; each with ``labels.severity`` and the ``summary``, ``description`` and
     ``runbook_url`` annotations."""
-    rules = [*_gpu(cfg), *_ib(cfg), *_host(cfg), *_validator(cfg), *_agent(cfg)]
+    rules = [_finish(cfg, r) for r in (*_gpu(cfg), *_ib(cfg), *_host(cfg), *_validator(cfg), *_agent(cfg))]
     by_group: dict[str, list[dict]] = {}
     for rule in rules:
         by_group.setdefault(BY_NAME[rule["alert"]].group, []).append(rule)

@@ -49,7 +49,7 @@ from nodewarden.agent import webconfig
 from nodewarden.agent.exporter import Counters, GpuMinors, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
-from nodewarden.agent.schedule import Scheduler
+from nodewarden.agent.schedule import REPORT_FILE, ReportWatcher, Scheduler
 from nodewarden.agent.server import AgentHTTPServer, FdLimitError, ServerSettings, parse_listen
 from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now
 from nodewarden.events import FaultEvent, iso_utc
@@ -218,6 +218,14 @@ def _prune_loop(store: st.StateStore, stop: threading.Event) -> None:
             log.exception("pruning the event journal failed")
 
 
+def _report_loop(reports: ReportWatcher, stop: threading.Event, interval_s: float) -> None:
+    while not stop.wait(interval_s):
+        try:
+            reports.poll()
+        except Exception:
+            log.exception("reading the validator report failed")
+
+
 def open_to_network(host: str, web: Any) -> str | None:
     """Why serving on ``host`` with web config ``web`` exposes the node's fault history and the
     agent itself to the network (a non-loopback address without TLS or without basic auth), or
@@ -287,10 +295,16 @@ def run(args: argparse.Namespace) -> int:
         sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host)
         agent.poller = Poller(collectors, counters, sink, interval=cfg.poll_interval_seconds,
                               timeout=cfg.collector_timeout_seconds)
+    # validate.json is exported whoever writes it: this agent's schedule, the validate timer,
+    # a Slurm health check, an operator (ReportWatcher).
+    reports = ReportWatcher(counters, state_dir / REPORT_FILE)
     if cfg.validator.enabled:
         v = cfg.validator
         agent.scheduler = Scheduler(counters, state_dir, host, interval_days=v.interval_days,
                                     jitter_hours=v.jitter_hours, args=v.args, timeout_s=v.timeout_seconds)
+        reports.seen_now()  # exported by the scheduler at start
+    else:
+        reports.poll()
 
     try:
         registry = ex.make_registry(agent.snapshot, agent.poller.samples if agent.poller is not None else None)
@@ -327,6 +341,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     pruner = threading.Thread(target=_prune_loop, args=(store, stop), name="journal-prune", daemon=True)
     pruner.start()
+    watcher = threading.Thread(target=_report_loop, args=(reports, stop, cfg.poll_interval_seconds),
+                               name="validator-report", daemon=True)
+    watcher.start()
     if agent.poller is not None:
         agent.poller.start()
     if agent.scheduler is not None:

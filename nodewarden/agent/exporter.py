@@ -73,6 +73,9 @@ series                                                       type     P      mea
                                                                              agent's scheduled ``nodewarden validate``, 0 for the
                                                                              other statuses (:mod:`nodewarden.agent.schedule`).
 ``validator_check_value{check,metric,unit,device}``          gauge    no     the report's numeric measurements.
+``validator_check_threshold{check,metric,unit,device,bound}``  gauge  no     the threshold each measurement was held to;
+                                                                             ``bound`` ``min`` (the value must be >= it) or
+                                                                             ``max`` (<= it).
 ``validator_last_run_timestamp_seconds``                     gauge    no     ``finished`` time of the report exported.
 ``validator_last_exit_code``                                 gauge    no     exit code of the last run (0 healthy, 1 unhealthy,
                                                                              2 usage, 3 incomplete; 127 could not start;
@@ -180,6 +183,10 @@ VAL_STATUS = Family(PREFIX + "validator_check_status", "gauge",
 VAL_VALUE = Family(PREFIX + "validator_check_value", "gauge",
                    "Values measured by the last scheduled validator run.", ("check", "metric", "unit", "device"),
                    persist=False)
+VAL_THRESHOLD = Family(PREFIX + "validator_check_threshold", "gauge",
+                       "Thresholds the last scheduled validator run held its measurements to (bound min: the value "
+                       "must be at least this; max: at most this).", ("check", "metric", "unit", "device", "bound"),
+                       persist=False)
 VAL_LAST_RUN = Family(PREFIX + "validator_last_run_timestamp_seconds", "gauge",
                       "End of the validator run whose report is exported (Unix time).", (), persist=False)
 VAL_EXIT = Family(PREFIX + "validator_last_exit_code", "gauge",
@@ -193,7 +200,7 @@ BUILD_INFO = Family(PREFIX + "build_info", "gauge", "nodewarden version; always 
 
 FAMILIES: tuple[Family, ...] = (XID, EDAC_LOGGED, MCE, IB_LINK, FLASH_CUTS, OUTAGES, EVENTS, UNPARSED, OVERRUNS,
                                 LOST, INJECTED, STATE_ERRORS, JOURNAL_BYTES, JOURNAL_DROPPED, SUCCESS, DURATION, LAST_SUCCESS,
-                                VAL_STATUS, VAL_VALUE, VAL_LAST_RUN, VAL_EXIT, VAL_ATTEMPT, VAL_NEXT, BUILD_INFO)
+                                VAL_STATUS, VAL_VALUE, VAL_THRESHOLD, VAL_LAST_RUN, VAL_EXIT, VAL_ATTEMPT, VAL_NEXT, BUILD_INFO)
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
 
 # Series of earlier versions still found in state.json: name -> (family now, label values

@@ -27,7 +27,11 @@ in a loop. A run stopped by the agent's own stop (SIGTERM) does not count: it ru
 Exported (see :mod:`nodewarden.agent.exporter`): each check's status and numeric
 measurements from the report, the report's ``finished`` time, the last exit code, the last
 start time, and when the next run is due. At start they are read back from ``validate.json`` and
-``schedule.json``. A run that wrote no new report (exit 2 for bad ``args``, a timeout) updates
+``schedule.json``. A report written into ``validate.json`` by anyone else (the
+``nodewarden-validate.timer``, a Slurm health check, an operator's ``nodewarden validate --json
+<state_dir>/validate.json``) is exported too, with validator scheduling on or off: the
+:class:`ReportWatcher` rereads the file when it changes (one ``stat`` per poll interval), so a
+repaired node's passing run clears the alert of its failed one. A run that wrote no new report (exit 2 for bad ``args``, a timeout) updates
 the exit code only: the series keep the previous report, whose time says how old it is.
 """
 
@@ -63,6 +67,7 @@ KILL_GRACE_S = 10.0  # after SIGTERM (timeout or agent stop), SIGKILL this much 
 MAX_SLEEP_S = 300.0  # re-evaluate at least this often (wall-clock jumps, suspend)
 SCHEDULE_FILE = "schedule.json"
 REPORT_FILE = "validate.json"
+REPORT_SCHEMA = "nodewarden.validate/1"
 LOG_FILE = "validate.log"
 STATUSES = ("pass", "warn", "fail", "skip", "error")  # nodewarden.validator.result.STATUSES
 
@@ -105,14 +110,21 @@ def is_due(now: float, last_run: float | None, first_seen: float, interval_s: fl
 # ---------------------------------------------------------------------------------------------
 # What to export (pure)
 
+BOUNDS = {">=": "min", "<=": "max"}  # a measurement's ``op`` -> the threshold's ``bound`` label
+
+
 def report_series(doc: Any) -> dict[ex.Family, dict[tuple[str, ...], float]]:
     """The validator series of one report (``nodewarden.validate/1``): ``VAL_STATUS`` (every
     status of every check, 1 for the one it has), ``VAL_VALUE`` (numeric measurements; the
-    last of two equal label sets wins), ``VAL_LAST_RUN`` (its ``finished`` time). Malformed
+    last of two equal label sets wins), ``VAL_THRESHOLD`` (the threshold of each numeric
+    measurement that has one, ``bound`` min for ``op`` ">=", max for "<="), ``VAL_LAST_RUN``
+    (its ``finished`` time). Malformed
     entries are skipped; a document that is not a report gives empty families."""
     status: dict[tuple[str, ...], float] = {}
     value: dict[tuple[str, ...], float] = {}
-    out: dict[ex.Family, dict[tuple[str, ...], float]] = {ex.VAL_STATUS: status, ex.VAL_VALUE: value}
+    threshold: dict[tuple[str, ...], float] = {}
+    out: dict[ex.Family, dict[tuple[str, ...], float]] = {ex.VAL_STATUS: status, ex.VAL_VALUE: value,
+                                                          ex.VAL_THRESHOLD: threshold}
     if not isinstance(doc, dict):
         return out
     for c in doc.get("checks") or ():
@@ -127,7 +139,11 @@ def report_series(doc: Any) -> dict[ex.Family, dict[tuple[str, ...], float]]:
             v = m.get("value")
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
-            value[(name, m["name"], str(m.get("unit") or ""), str(m.get("device") or ""))] = float(v)
+            key = (name, m["name"], str(m.get("unit") or ""), str(m.get("device") or ""))
+            value[key] = float(v)
+            t, bound = m.get("threshold"), BOUNDS.get(m.get("op", ">="))
+            if isinstance(t, (int, float)) and not isinstance(t, bool) and bound is not None:
+                threshold[key + (bound,)] = float(t)
     try:
         out[ex.VAL_LAST_RUN] = {(): parse_iso_utc(doc["finished"]).timestamp()}
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -196,6 +212,60 @@ def load_report(path: Path) -> dict[str, Any] | None:
         log.warning("%s unreadable: %s", path, e)
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def export_report(counters: Counters, doc: dict[str, Any]) -> None:
+    """Put one report's series (:func:`report_series`) into ``counters``, replacing the
+    previous report's."""
+    for fam, values in report_series(doc).items():
+        if fam is ex.VAL_LAST_RUN:
+            counters.set(fam, (), values[()])
+        else:
+            counters.replace(fam, values)
+
+
+class ReportWatcher:
+    """Exports ``validate.json`` whenever it changes, whoever wrote it.
+
+    ``poll()`` stats the file (mtime, size, inode) and, when that changed since the last poll,
+    reads it and exports its series and its ``exit_code`` (as ``validator_last_exit_code``).
+    A file that is absent, unreadable or not a report exports nothing and keeps what was
+    exported (its warning is logged once per change). ``seen_now()`` takes the current file as
+    already exported (the scheduler has read it at start)."""
+
+    def __init__(self, counters: Counters, path: Path) -> None:
+        self.counters = counters
+        self.path = path
+        self._key: tuple[int, int, int] | None = None
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size, st.st_ino
+
+    def seen_now(self) -> None:
+        self._key = self._stat()
+
+    def poll(self) -> bool:
+        """Export the report if the file changed; True when a report was exported."""
+        key = self._stat()
+        if key is None or key == self._key:
+            return False
+        self._key = key
+        doc = load_report(self.path)
+        if doc is None or doc.get("schema") != REPORT_SCHEMA:
+            if doc is not None:
+                log.warning("%s is not a nodewarden validator report (schema %r): not exported",
+                            self.path, doc.get("schema"))
+            return False
+        export_report(self.counters, doc)
+        if isinstance(doc.get("exit_code"), int) and not isinstance(doc.get("exit_code"), bool):
+            self.counters.set(ex.VAL_EXIT, (), float(doc["exit_code"]))
+        log.info("validator report %s exported (finished %s, exit code %s)", self.path, doc.get("finished"),
+                 doc.get("exit_code"))
+        return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,11 +539,7 @@ class Scheduler:
         self._set_next(self.due_at())
 
     def _export(self, doc: dict[str, Any]) -> None:
-        for fam, values in report_series(doc).items():
-            if fam is ex.VAL_LAST_RUN:
-                self.counters.set(fam, (), values[()])
-            else:
-                self.counters.replace(fam, values)
+        export_report(self.counters, doc)
 
     def _set_next(self, at: float) -> None:
         self.next_at = at

@@ -63,7 +63,8 @@ CFG = dataclasses.replace(
     config.DEFAULT, fault_window=f"{FAULT_WINDOW_S}s", for_short="0s", for_long="0s",
     flash_cut_storm_window="1m", edac_ce_window="1m", validator_stale_seconds=3600, interval="1s")
 VALIDATOR_AGE_S = 2 * 3600  # the validator report's age: past CFG.validator_stale_seconds
-STEP_S = 15  # the panels' $__interval and range-query step
+STEP_S = 15  # the panels' $__interval
+SCRAPE_S = 1  # scrape and evaluation interval; the range queries' step
 
 
 def _missing() -> str | None:
@@ -125,7 +126,8 @@ def make_host(tmp: Path) -> Host:
     shutil.copytree(FIXTURES / "edac-sbridge-dimm" / "devices" / "system" / "edac",
                     sysfs / "devices" / "system" / "edac", symlinks=True)
     procfs = tmp / "proc"
-    gpus = nvmlsim.default_gpus(8)
+    # a ninth GPU, on a bus the HGX board does not use: it goes missing later (NodewardenGpuMissing)
+    gpus = nvmlsim.default_gpus(8) + [nvmlsim.h100_gpu(8, bus_id="00000000:E9:00.0")]
     # GPUs 1 and 2 carry this run's PCI domain (NVML's 8-digit form): the Xid lines below name
     # them, and the driver's procfs files give their minor numbers, as on a real node.
     for i in (1, 2):
@@ -145,27 +147,37 @@ def make_host(tmp: Path) -> Host:
     return host
 
 
-def write_validator_report(state_dir: Path, finished: float) -> None:
+def write_validator_report(state_dir: Path, finished: float, repaired: bool = False) -> None:
     """A finished run with a failing GEMM check (``validate.json``, as ``nodewarden validate
     --json`` writes it) and the schedule that ran it (``schedule.json``): the agent exports both
-    at start and is not due to run the validator again for a year."""
+    at start and is not due to run the validator again for a year. ``repaired``: the
+    operator's rerun after the repair (``nodewarden validate --json <state_dir>/validate.json``),
+    every check passing but storage's warning; the schedule is left alone."""
     from nodewarden.agent import schedule
     from nodewarden.validator import report
     from nodewarden.validator.result import CheckResult, exit_code
 
-    gemm = CheckResult("gemm", "fail", reason="GPU 2: 412 TFLOP/s below 600 TFLOP/s", action="drain and run "
-                       "`nodewarden validate --checks gemm` after a reset", device="cuda", profile="h100-sxm")
-    gemm.measure("bf16_flops", 412e12, "FLOP/s", threshold=600e12, device="GPU-2")
+    if repaired:
+        gemm = CheckResult("gemm", "pass", device="cuda", profile="h100-sxm")
+        gemm.measure("bf16_flops", 698e12, "FLOP/s", threshold=600e12, device="GPU-2")
+    else:
+        gemm = CheckResult("gemm", "fail", reason="GPU 2: 412 TFLOP/s below 600 TFLOP/s", action="drain and run "
+                           "`nodewarden validate --checks gemm` after a reset", device="cuda", profile="h100-sxm")
+        gemm.measure("bf16_flops", 412e12, "FLOP/s", threshold=600e12, device="GPU-2")
     gemm.measure("bf16_flops", 702e12, "FLOP/s", threshold=600e12, device="GPU-3")
     mem = CheckResult("host_memory_bandwidth", "pass", device="cpu", profile="h100-sxm")
     mem.measure("triad_bandwidth", 3.1e11, "B/s", threshold=2.0e11)
     storage = CheckResult("storage", "warn", reason="/scratch 91% full")
     storage.measure("used_ratio", 0.91, "ratio", threshold=0.9, op="<=")
-    results = [gemm, mem, storage]
+    allreduce = (CheckResult("allreduce", "pass", device="cuda") if repaired else
+                 CheckResult("allreduce", "error", reason="8 NVIDIA GPU(s) on this node but CUDA sees none"))
+    results = [gemm, mem, storage, allreduce]
     end = dt.datetime.fromtimestamp(finished, dt.timezone.utc)
     start = end - dt.timedelta(seconds=300)
     doc = report.build(results, NODE, "h100-sxm", "cuda", False, start, end, exit_code(results))
     report.write_json(doc, state_dir / schedule.REPORT_FILE)
+    if repaired:
+        return
     st = schedule.ScheduleState(first_seen=finished - 86400, last_attempt=start.timestamp(),
                                 last_exit_code=doc["exit_code"], last_finished=finished)
     (state_dir / schedule.SCHEDULE_FILE).write_text(json.dumps(st.to_dict()))
@@ -229,10 +241,13 @@ def prometheus_config(tmp: Path, agent_port: int, am_port: int, rules: list[Path
 
 
 def xid_lines(domain: str) -> tuple[list[str], list[str]]:
-    """(hardware: an Xid 48 on GPU 1; application: three Xid 13 on GPU 2)."""
+    """(hardware: an Xid 48 and an Xid 63 (a GPU memory Xid of Table VII) on GPU 1; application:
+    three Xid 13 on GPU 2)."""
     hw = [f"<3>NVRM: Xid (PCI:{domain}:2a:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double "
           "bit error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, "
-          "subpartition 1."]
+          "subpartition 1.",
+          f"<3>NVRM: Xid (PCI:{domain}:2a:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row "
+          "(0x00000012bac1c3e0) marked for remapping, reset gpu to activate."]
     app = [f"<3>NVRM: Xid (PCI:{domain}:3a:00): 13, pid={4100 + i}, name=python3, Graphics SM Warp Exception "
            f"on (GPC {i}, TPC 1, SM 0): Illegal Instruction Encoding" for i in range(3)]
     return hw, app
@@ -241,6 +256,14 @@ def xid_lines(domain: str) -> tuple[list[str], list[str]]:
 def unreadable_xid_line(domain: str) -> str:
     """An Xid line without a readable code: counted in collector_unparsed_lines_total, no fault."""
     return f"<3>NVRM: Xid (PCI:{domain}:3a:00): (unreadable), pid=4199, name=python3"
+
+
+def edac_log_line(mc: int) -> str:
+    """One corrected error of a memory controller numbered for this run (sb_edac's format): the
+    kernel-log EDAC series, below the corrected-rate limit."""
+    return (f"<3>EDAC MC{mc}: 1 CE memory read error on CPU_SrcID#{mc}_Ha#0_Chan#2_DIMM#0 (channel:2 slot:0 "
+            "page:0x849923 offset:0x380 grain:32 syndrome:0x0 -  area:DRAM err_code:0001:0092 socket:0 ha:0 "
+            "channel_mask:4 rank:0)")
 
 
 def mce_lines(tag: int) -> list[str]:
@@ -284,6 +307,8 @@ def expected(domain: str) -> list[Expect]:
     return [
         e("NodewardenGpuHardwareXid", "critical", "kmsg: Xid 48 (DBE) on GPU 1",
           gpu="1", xid="48", pci_bus_id=f"{domain}:2a:00.0", action="drain"),
+        e("NodewardenGpuHardwareXid", "critical", "kmsg: Xid 63 (row remap recorded) on GPU 1",
+          gpu="1", xid="63", pci_bus_id=f"{domain}:2a:00.0", action="reset_gpu"),
         e("NodewardenGpuUncorrectableEcc", "critical", "NVML: GPU 3 uncorrected volatile ECC +2", gpu="3"),
         e("NodewardenGpuLost", "critical", "NVML: GPU 5 lost (NVML_ERROR_GPU_IS_LOST)", gpu="5"),
         e("NodewardenGpuRowRemapPending", "warning", "NVML: GPU 6 remapped rows pending", gpu="6"),
@@ -292,7 +317,7 @@ def expected(domain: str) -> list[Expect]:
           gpu="4", link="3"),
         e("NodewardenIbFlashCutStorm", "warning", "sysfs: mlx5_0/1 DOWN then ACTIVE, 3 times",
           device="mlx5_0", port="1"),
-        e("NodewardenIbPortDown", "critical", "sysfs: mlx5_3/1 DOWN/Disabled, held", device="mlx5_3", port="1"),
+        e("NodewardenIbPortDown", "critical", "sysfs: mlx5_3/1 DOWN/Polling, held", device="mlx5_3", port="1"),
         e("NodewardenIbPortDegraded", "warning", "sysfs: mlx5_4/1 rate 200 Gb/sec (4X HDR), its peers 400",
           device="mlx5_4", port="1"),
         e("NodewardenEdacUncorrectable", "critical", "sysfs: mc0/dimm0 dimm_ue_count +1",
@@ -307,6 +332,9 @@ def expected(domain: str) -> list[Expect]:
         e("NodewardenPcieLinkDowntrained", "warning", "NVML: GPU 1's link width 8 of 16 (its function not in sysfs)",
           pci_bus_id=f"{domain}:2a:00.0", dimension="width", gpu="1"),
         e("NodewardenValidatorFailed", "critical", "validate.json: check gemm failed", check="gemm"),
+        e("NodewardenValidatorIncomplete", "warning", "validate.json: check allreduce in error (CUDA sees no GPU)",
+          check="allreduce"),
+        e("NodewardenGpuMissing", "critical", "NVML: the simulator lists 8 of its 9 GPUs"),
         e("NodewardenValidatorStale", "warning", "validate.json finished 2 h ago (limit 1 h in the test)",
           reason="old_report"),
         e("NodewardenCollectorFailing", "warning", "NVML simulator hung 4 s", collector="nvml"),
@@ -458,7 +486,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         collectors = ("kernel_log", "nvml", "infiniband", "edac", "pcie", "netclass")
         w("every collector succeeding", lambda: all(
             prom.value(f'nodewarden_collector_success{{collector="{c}"}}') == 1 for c in collectors))
-        assert prom.value("count(nodewarden_gpu_info)") == 8
+        assert prom.value("count(nodewarden_gpu_info)") == 9
         assert prom.value(f'count(up{{job="nodewarden",node="{NODE}",cluster="{CLUSTER}"}})') == 1
 
         # a few healthy scrapes first: the panels' range (below) starts a second after t_up and
@@ -477,7 +505,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         # -- sysfs: a port held down, a port at half rate, a downtrained link, EDAC counts ------
         down = host.ib_port("mlx5_3")
         (down / "state").write_text("1: DOWN\n")
-        (down / "phys_state").write_text("3: Disabled\n")
+        (down / "phys_state").write_text("2: Polling\n")  # no cable, no peer (Disabled would not page)
         (host.ib_port("mlx5_4") / "rate").write_text("200 Gb/sec (4X HDR)\n")
         (host.pci("0000:dd:00.0") / "current_link_width").write_text("8\n")
         (host.pci("0000:bc:00.0") / "current_link_speed").write_text("16.0 GT/s PCIe\n")
@@ -525,16 +553,22 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         top = {k: v for k, v in state.items() if k != "gpus"}
         nvmlsim.write_state(host.nvml_state, state["gpus"], **{**top, "hang_seconds": 4})
         w("nvml failing while hung", lambda: prom.value('nodewarden_collector_success{collector="nvml"}') == 0)
-        nvmlsim.write_state(host.nvml_state, state["gpus"], **top)
+        # ... and comes back with one GPU fewer: the ninth is gone from the driver
+        nvmlsim.write_state(host.nvml_state, state["gpus"][:8], **top)
 
         # -- kernel log: first events, once Prometheus has scraped the agent for longer than the
         # fault window (a series born inside the window counts only when `up` was there before)
         time.sleep(max(0.0, t_up + FAULT_WINDOW_S + 1.5 - time.monotonic()))
         hw, app = xid_lines(host.domain)
-        write_kmsg(*hw, *app, unreadable_xid_line(host.domain), *mce_lines(random.Random().getrandbits(40)))
+        rnd = random.Random()
+        edac_mc = rnd.randrange(100, 10_000)  # a memory controller number no earlier run used
+        write_kmsg(*hw, *app, unreadable_xid_line(host.domain), *mce_lines(rnd.getrandbits(40)),
+                   edac_log_line(edac_mc))
         xid = "nodewarden_gpu_xid_errors_total"
         w("the Xids in Prometheus", lambda: (
             prom.value(f'{xid}{{gpu="1",xid="48",pci_bus_id="{host.domain}:2a:00.0"}}') == 1
+            and prom.value(f'{xid}{{gpu="1",xid="63",pci_bus_id="{host.domain}:2a:00.0"}}') == 1
+            and prom.value(f'nodewarden_edac_logged_errors_total{{controller="mc{edac_mc}",type="corrected"}}') == 1
             and prom.value(f'{xid}{{gpu="2",xid="13",pci_bus_id="{host.domain}:3a:00.0"}}') == 3))
         # the policy recording rule tells the two apart: 48 drains, 13 is the application's
         policy = "gpu_xid:nodewarden_gpu_xid_errors_total:policy"
@@ -551,16 +585,29 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         w("every expected alert in Alertmanager", lambda: not missing(), deadline_s=25.0)
         t_fired = time.monotonic() - t_start
 
+        # -- the repair: the operator reruns the suite into the agent's report; the agent exports
+        # it within a poll (its validator schedule is not due), so the failed check's alert can clear
+        write_validator_report(host.state_dir, time.time() - VALIDATOR_AGE_S + 60, repaired=True)
+        status = "nodewarden_validator_check_status"
+        w("the passing rerun exported", lambda: (
+            prom.value(f'{status}{{check="gemm",status="pass"}}') == 1
+            and prom.value(f'{status}{{check="gemm",status="fail"}}') == 0
+            and prom.value(f'{status}{{check="allreduce",status="error"}}') == 0))
+
         # -- every panel's and recording rule's query, over the faults' data ------------------
         # The dashboard's range: everything this Prometheus has (it has run for less than the
         # 5 minutes a user would pick): a first event counts only when `up` is there
         # `$__range` before, which no query over a range older than the TSDB can see.
+        # Every fault's series must have a few samples: a panel over a series born a scrape ago
+        # shows nothing yet. The range queries step by the scrape interval (Grafana's step on
+        # a range this short), so that a series born seconds ago is at a step.
+        time.sleep(3.0)
         range_s = min(300, int(time.monotonic() - t_up) - 1)
         no_data, errors = [], []
         targets = panel_targets(range_s)
         assert len(targets) >= 30, len(targets)
         for dash, title, expr, instant in targets:
-            err, n = run_query(prom.base, expr, instant=instant, range_s=range_s, step_s=STEP_S)
+            err, n = run_query(prom.base, expr, instant=instant, range_s=range_s, step_s=SCRAPE_S)
             if err:
                 errors.append(f"{dash} / {title}: {err}\n    {expr}")
             elif n == 0:
@@ -568,7 +615,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         recorded = recording_exprs(rules)
         assert len(recorded) >= 3, recorded
         for record, expr in recorded:
-            err, n = run_query(prom.base, expr, instant=True, range_s=range_s, step_s=STEP_S)
+            err, n = run_query(prom.base, expr, instant=True, range_s=range_s, step_s=SCRAPE_S)
             if err:
                 errors.append(f"recording rule {record}: {err}\n    {expr}")
             elif n == 0:

@@ -89,6 +89,16 @@ def test_relabelling_gives_every_target_its_node(tmp_path: Path) -> None:
     job["file_sd_configs"][0]["files"] = [str(targets / "*.yaml")]
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text(yaml.safe_dump(doc))
+    # a report the validate timer (not the agent: --no-validator) wrote into the state directory
+    import datetime as dt
+
+    from nodewarden.validator import report
+    from nodewarden.validator.result import CheckResult
+    (tmp_path / "state").mkdir()
+    end = dt.datetime.now(dt.timezone.utc)
+    checks = [CheckResult("storage", "fail", reason="/scratch: 120 MB/s below 1 GB/s")]
+    report.write_json(report.build(checks, "gpu-node-005", None, "cpu", False, end - dt.timedelta(minutes=5), end, 1),
+                      tmp_path / "state" / "validate.json")
     agent_cfg = tmp_path / "agent.toml"
     agent_cfg.write_text("[collectors]\nkernel_log = false\n")
 
@@ -122,6 +132,9 @@ def test_relabelling_gives_every_target_its_node(tmp_path: Path) -> None:
         assert seen[("127.0.0.1", "train-a")] == 1 and seen[("gpu-node-005", "train-b")] == 1
         # the agent's own series carry the same node label as `up`
         assert prom.value('nodewarden_build_info{node="gpu-node-005",cluster="train-b"}') == 1
+        # the agent exports the timer's report although its own validator is off
+        assert prom.value('nodewarden_validator_check_status{node="gpu-node-005",check="storage",status="fail"}') == 1
+        assert prom.value('nodewarden_validator_last_exit_code{node="gpu-node-005"}') == 1
     finally:
         for p in procs.values():
             stop(p)

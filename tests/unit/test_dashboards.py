@@ -188,7 +188,11 @@ def test_variables_and_links():
         expected = (CFG.cluster_label,) if name == "nodewarden-failure-stats.json" else (CFG.cluster_label, CFG.node_label)
         assert [v["name"] for v in variables[1:]] == list(expected)
         for var, label in zip(variables[1:], expected):
-            assert var["type"] == "query" and var["multi"] and var["includeAll"] and var["allValue"] == ".*"
+            if name == "nodewarden-node.json" and label == CFG.node_label:
+                # one node at a time: no multi-select, no All (a fleet's every GPU in one panel)
+                assert var["type"] == "query" and not var.get("multi") and not var.get("includeAll")
+            else:
+                assert var["type"] == "query" and var["multi"] and var["includeAll"] and var["allValue"] == ".*"
             assert var["query"].startswith("label_values(nodewarden_build_info{" + CFG.job_selector)
             assert var["query"].endswith(f", {label})") and var["datasource"]["uid"] == "${datasource}"
         assert any(l["type"] == "dashboards" and "nodewarden" in l["tags"] for l in doc["links"])

@@ -54,6 +54,21 @@ def test_overrides_name_the_bad_key() -> None:
     r = subprocess.run([sys.executable, "-m", "dashboards.mixin.build", "--check", "--set", "nope=1"],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 2 and "unknown mixin setting 'nope'" in r.stderr
+    with pytest.raises(ValueError, match="fault_window: expected a Prometheus duration"):
+        config.with_overrides(config.DEFAULT, ["fault_window=banana"])
+    with pytest.raises(ValueError, match="edac_ce_threshold: expected edac_ce_threshold=VALUE"):
+        config.with_overrides(config.DEFAULT, ["edac_ce_threshold"])
+    assert config.with_overrides(config.DEFAULT, ["keep_firing_for=0s", "interval=1h30m"]).interval == "1h30m"
+
+
+def test_check_names_the_command_that_rebuilds_what_it_checked(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "dashboards.mixin.build", "--check", "--out", str(tmp_path),
+                        "--set", "fault_window=15m"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 1
+    assert f"run python3 -m dashboards.mixin.build --out {tmp_path} --set fault_window=15m" in r.stderr
+    h = subprocess.run([sys.executable, "-m", "dashboards.mixin.build", "--help"], cwd=REPO,
+                       capture_output=True, text=True)
+    assert "fault_window='10m'" in h.stdout and "edac_ce_threshold=10" in h.stdout
 
 
 @pytest.mark.parametrize(("expr", "names"), [
@@ -74,8 +89,13 @@ def test_increase_with_first_counts_a_series_born_in_the_window() -> None:
     s = promql.sel(config.DEFAULT, "nodewarden_ib_flash_cuts_total", 'device="mlx5_0"')
     assert s == 'nodewarden_ib_flash_cuts_total{job="nodewarden",device="mlx5_0"}'
     e = promql.increase_with_first(config.DEFAULT, s, "10m")
-    assert f"({s} unless {s} offset 10m)" in e and f"increase({s}[10m])" in e
+    then = f"last_over_time({s}[1h] offset 10m)"  # the value before the window, across a gap
+    assert f"({s} unless {then})" in e and f"({s} - {then} >= 0)" in e and f"increase({s}[10m])" in e
     assert 'up{job="nodewarden"} offset 10m == 1' in e
+    # counters present from the start: the exact difference unless reset inside the window
+    w = promql.window_increase(s, "10m")
+    assert w == (f"((({s} - {s} offset 10m >= 0) or ({s} < {s} offset 10m)) unless resets({s}[10m]) > 0)"
+                 f" or increase({s}[10m])")
 
 
 def test_expand_grafana_substitutes_every_variable() -> None:

@@ -157,12 +157,14 @@ REPORT = {
     "exit_code": 1,
     "checks": [
         {"check": "links", "status": "pass", "measurements": [
-            {"name": "ib_rate", "value": 4e11, "unit": "bit/s", "device": "mlx5_0/1"},
-            {"name": "ib_rate", "value": 4e11, "unit": "bit/s", "device": "mlx5_1/1"},
+            {"name": "ib_rate", "value": 4e11, "unit": "bit/s", "device": "mlx5_0/1", "threshold": 4e11, "op": ">="},
+            {"name": "ib_rate", "value": 4e11, "unit": "bit/s", "device": "mlx5_1/1", "threshold": True},
             {"name": "firmware", "value": "28.39.1002", "unit": "", "device": None},  # not a number
             {"name": "ok", "value": True, "unit": "", "device": None}]},  # not a measurement either
         {"check": "gemm", "status": "fail", "measurements": [
-            {"name": "flops", "value": 5.1e14, "unit": "FLOP/s", "device": "0"}]},
+            {"name": "flops", "value": 5.1e14, "unit": "FLOP/s", "device": "0", "threshold": 6e14, "op": ">="},
+            {"name": "max_abs_error", "value": 0.5, "unit": "", "device": "0", "threshold": 1e-3, "op": "<="},
+            {"name": "spread", "value": 0.1, "unit": "ratio", "device": "0", "threshold": 0.2, "op": "=="}]},
         {"check": "storage", "status": "skip", "measurements": []},
         "garbage",
     ],
@@ -177,9 +179,14 @@ def test_report_series() -> None:
     assert len(status) == 3 * len(sc.STATUSES)
     assert fams[ex.VAL_VALUE] == {("links", "ib_rate", "bit/s", "mlx5_0/1"): 4e11,
                                   ("links", "ib_rate", "bit/s", "mlx5_1/1"): 4e11,
-                                  ("gemm", "flops", "FLOP/s", "0"): 5.1e14}
+                                  ("gemm", "flops", "FLOP/s", "0"): 5.1e14,
+                                  ("gemm", "max_abs_error", "", "0"): 0.5, ("gemm", "spread", "ratio", "0"): 0.1}
+    # a threshold with its bound; none for a boolean threshold or an op the report format lacks
+    assert fams[ex.VAL_THRESHOLD] == {("links", "ib_rate", "bit/s", "mlx5_0/1", "min"): 4e11,
+                                      ("gemm", "flops", "FLOP/s", "0", "min"): 6e14,
+                                      ("gemm", "max_abs_error", "", "0", "max"): 1e-3}
     assert fams[ex.VAL_LAST_RUN] == {(): utc(2026, 11, 23, 5, 12)}
-    assert sc.report_series("not a report") == {ex.VAL_STATUS: {}, ex.VAL_VALUE: {}}
+    assert sc.report_series("not a report") == {ex.VAL_STATUS: {}, ex.VAL_VALUE: {}, ex.VAL_THRESHOLD: {}}
     assert sc.STATUSES == __import__("nodewarden.validator.result", fromlist=["STATUSES"]).STATUSES
 
 
@@ -285,3 +292,57 @@ def test_a_hanging_busy_probe_counts_as_busy_and_is_not_called_again() -> None:
     release.set()
     time.sleep(0.1)
     assert p() is False
+
+
+# ---------------------------------------------------------------------------------------------
+# validate.json written by anyone: exported when it changes
+
+def test_report_watcher_exports_each_new_report(tmp_path: Path) -> None:
+    import os as _os
+
+    from nodewarden.validator import report as vreport
+
+    assert sc.REPORT_SCHEMA == vreport.SCHEMA
+    c = Counters()
+    path = tmp_path / sc.REPORT_FILE
+    w = sc.ReportWatcher(c, path)
+    assert w.poll() is False  # absent: nothing exported
+    path.write_text(json.dumps(REPORT))
+    assert w.poll() is True
+    assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1 and c.get(ex.VAL_EXIT, ()) == 1
+    assert c.get(ex.VAL_LAST_RUN, ()) == utc(2026, 11, 23, 5, 12)
+    assert w.poll() is False  # unchanged: not read again
+    # the operator's passing rerun after the repair replaces it
+    passed = {**REPORT, "finished": "2026-11-24T09:00:00Z", "exit_code": 0,
+              "checks": [{"check": "gemm", "status": "pass", "measurements": []}]}
+    path.write_text(json.dumps(passed))
+    _os.utime(path, ns=(path.stat().st_mtime_ns + 10**9,) * 2)
+    assert w.poll() is True
+    assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 0 and c.get(ex.VAL_STATUS, ("gemm", "pass")) == 1
+    assert (ex.VAL_STATUS.name, ("links", "pass")) not in c.snapshot()  # the old report's checks are gone
+    assert c.get(ex.VAL_EXIT, ()) == 0 and c.get(ex.VAL_LAST_RUN, ()) == utc(2026, 11, 24, 9, 0)
+
+
+def test_report_watcher_keeps_the_last_report_over_a_bad_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    c = Counters()
+    path = tmp_path / sc.REPORT_FILE
+    path.write_text(json.dumps(REPORT))
+    w = sc.ReportWatcher(c, path)
+    assert w.poll() is True
+    for bad in ('{"checks": [', json.dumps({"schema": "something/2", "checks": []})):
+        path.write_text(bad)
+        with caplog.at_level(logging.WARNING):
+            assert w.poll() is False
+    assert "not a nodewarden validator report" in caplog.text and "unreadable" in caplog.text
+    assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1  # still the last good report
+    path.unlink()
+    assert w.poll() is False and c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1
+
+
+def test_report_watcher_seen_now_skips_the_file_read_at_start(tmp_path: Path) -> None:
+    c = Counters()
+    path = tmp_path / sc.REPORT_FILE
+    path.write_text(json.dumps(REPORT))
+    w = sc.ReportWatcher(c, path)
+    w.seen_now()
+    assert w.poll() is False and not any(name == ex.VAL_STATUS.name for name, _ in c.snapshot())

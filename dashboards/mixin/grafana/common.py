@@ -38,23 +38,27 @@ def by(cfg: Config, *labels: str) -> str:
     return ", ".join((cfg.cluster_label, cfg.node_label, *labels))
 
 
-def variables(cfg: Config, node: bool = True) -> list[cogbuilder.Builder[model.VariableModel]]:
+def variables(cfg: Config, node: bool = True, one_node: bool = False) -> list[cogbuilder.Builder[model.VariableModel]]:
     """``datasource`` (any Prometheus), ``cluster`` and ``node`` (label values of
     ``nodewarden_build_info``, multi-select with All = ``.*``; ``cluster`` may be absent from
     every series, then All matches the empty value). ``node=False``: no node variable, for a
-    dashboard of per-cluster recording rules."""
-    def query_var(name: str, label: str, matchers: str) -> dash.QueryVariable:
-        return (dash.QueryVariable(name).label(label).datasource(DATASOURCE)
-                .query(f"label_values({BUILD_INFO}{{{matchers}}}, {label})")
-                .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.ALPHABETICAL_ASC)
-                .multi(True).include_all(True).all_value(".*")
+    dashboard of per-cluster recording rules; ``one_node``: the node variable picks one node (no
+    multi-select, no All), for a dashboard of one node's devices."""
+    def query_var(name: str, label: str, matchers: str, many: bool = True) -> dash.QueryVariable:
+        v = (dash.QueryVariable(name).label(label).datasource(DATASOURCE)
+             .query(f"label_values({BUILD_INFO}{{{matchers}}}, {label})")
+             .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED).sort(model.VariableSort.ALPHABETICAL_ASC))
+        if not many:
+            return v.multi(False).include_all(False)
+        return (v.multi(True).include_all(True).all_value(".*")
                 .current(model.VariableOption(selected=True, text="All", value="$__all")))
     out = [
         dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
         query_var("cluster", cfg.cluster_label, cfg.job_selector),
     ]
     if node:
-        out.append(query_var("node", cfg.node_label, f'{cfg.job_selector},{cfg.cluster_label}=~"$cluster"'))
+        out.append(query_var("node", cfg.node_label, f'{cfg.job_selector},{cfg.cluster_label}=~"$cluster"',
+                             many=not one_node))
     return out
 
 
@@ -145,12 +149,13 @@ def panel(kind: Callable[[], cogbuilder.Builder[model.Panel]], title: str, *, un
 
 
 def build(title: str, uid: str, description: str, cfg: Config,
-          sections: list[tuple[str, list[cogbuilder.Builder[model.Panel]]]], node: bool = True) -> dash.Dashboard:
+          sections: list[tuple[str, list[cogbuilder.Builder[model.Panel]]]], node: bool = True,
+          one_node: bool = False) -> dash.Dashboard:
     """A dashboard of (row title, panels) sections, with the shared variables (``node``: with
     the node variable), links and tags; rows and panels get ids 1, 2, ... in order."""
     d = (dash.Dashboard(title).uid(uid).description(description).tags(TAGS).editable()
          .tooltip(model.DashboardCursorSync.CROSSHAIR).time("now-24h", "now").refresh("1m").timezone("browser")
-         .variables(variables(cfg, node)).links(links()))
+         .variables(variables(cfg, node, one_node)).links(links()))
     ids = iter(range(1, 10_000))
     for row_title, row_panels in sections:
         d = d.with_row(dash.Row(row_title).id(next(ids)))

@@ -46,7 +46,7 @@ def summary_panels(cfg: Config) -> list:
           targets=[target(f"max by ({by(cfg)}) ({s(cfg, 'up')})", "{{node}}", instant=True)],
           extra=lambda p: p.mappings(common.mappings({0: ("down", "red"), 1: ("up", "green")})),
           description="Whether Prometheus scrapes the node's agent. Down: every other panel is stale; check "
-          "`systemctl status nodewarden` and the agent's listen address (loopback by default)."),
+          "`systemctl status nodewarden-agent` and the agent's listen address (loopback by default)."),
     ]
 
 
@@ -190,13 +190,19 @@ def validator_panels(cfg: Config) -> list:
                    instant=True)],
           description="Every check of the node's last scheduled validator run and its status (pass, warn, fail, "
           "skip, error). A failed check: `nodewarden validate --checks <check>` reruns it with its details."),
-        P(table.Panel, "Last validator run: measured values", unit="none", targets=[
+        P(table.Panel, "Last validator run: measured values and thresholds", unit="none", targets=[
             target(f"max by ({by(cfg, 'check', 'metric', 'device', 'unit')}) "
-                   f"({s(cfg, 'nodewarden_validator_check_value')})", instant=True)],
-          description="The numeric measurements of the last run (bandwidths, temperatures, error counts...), one "
-          "row per check, metric and device; the `unit` column gives each value's unit. The agent does not export "
-          "the thresholds the values were judged against: they are in the run's JSON report "
-          "(`validate.json` in the agent's state directory, or `nodewarden validate --json FILE`)."),
+                   f"({s(cfg, 'nodewarden_validator_check_value')})", instant=True),
+            target(f"max by ({by(cfg, 'check', 'metric', 'device', 'unit', 'bound')}) "
+                   f"({s(cfg, 'nodewarden_validator_check_threshold')})", instant=True)],
+          extra=lambda p: p.with_transformation(common.model.DataTransformerConfig(id_val="merge", options={}))
+          .with_transformation(common.model.DataTransformerConfig(id_val="organize", options={
+              "renameByName": {"Value #A": "value", "Value #B": "threshold"}})),
+          description="The numeric measurements of the last run (bandwidths, FLOP/s, error counts...), one row "
+          "per check, metric and device, beside the threshold it was held to (`bound` min: the value must be at "
+          "least the threshold; max: at most). The `unit` column gives both their unit. A row outside its "
+          "bound is why a check failed: rerun it with `nodewarden validate --checks <check>`; the full report "
+          "is `validate.json` in the agent's state directory."),
         P(table.Panel, "Validator schedule", unit="dateTimeAsIso", targets=[
             target(f"max by ({by(cfg)}) ({s(cfg, 'nodewarden_validator_last_run_timestamp_seconds')}) * 1000",
                    instant=True),
@@ -271,6 +277,6 @@ def dashboard(cfg: Config) -> dash.Dashboard:
     ]
     d = common.build("nodewarden / Node detail", common.UIDS["node"],
                      "One node's faults per GPU, IB port, DIMM and PCI device, its last validator run and the "
-                     "agent's own health.", cfg, sections)
+                     "agent's own health.", cfg, sections, one_node=True)
     return d.link(dash.DashboardLink("Fleet faults").type(common.model.DashboardLinkType.LINK)
                   .url(f"/d/{common.UIDS['fleet']}").include_vars(True).keep_time(True))
