@@ -69,9 +69,10 @@ series                                                       type     P      mea
                                                                              (``kernel_log``: read, parse, count, journal, persist
                                                                              one batch of records).
 ``collector_last_success_timestamp_seconds{collector}``      gauge    no     Unix time the polled collector last succeeded.
-``validator_check_status{check,status}``                     gauge    no     1 for each check's status in the last report of the
-                                                                             agent's scheduled ``nodewarden validate``, 0 for the
-                                                                             other statuses (:mod:`nodewarden.agent.schedule`).
+``validator_check_status{check,status}``                     gauge    no     1 for each check's status in the last report in the
+                                                                             state directory (``validate.json``: the agent's
+                                                                             scheduled run or any other), 0 for the other
+                                                                             statuses (:mod:`nodewarden.agent.schedule`).
 ``validator_check_value{check,metric,unit,device}``          gauge    no     the report's numeric measurements.
 ``validator_check_threshold{check,metric,unit,device,bound}``  gauge  no     the threshold each measurement was held to;
                                                                              ``bound`` ``min`` (the value must be >= it) or
@@ -178,19 +179,20 @@ DURATION = Family(PREFIX + "collector_duration_seconds", "gauge",
 LAST_SUCCESS = Family(PREFIX + "collector_last_success_timestamp_seconds", "gauge",
                       "Unix time of the collector's last successful run.", ("collector",), persist=False)
 VAL_STATUS = Family(PREFIX + "validator_check_status", "gauge",
-                    "Status of each check in the last scheduled validator run (1 for the status it has).",
+                    "Status of each check in the last validator report (validate.json; 1 for the status it has).",
                     ("check", "status"), persist=False)
 VAL_VALUE = Family(PREFIX + "validator_check_value", "gauge",
-                   "Values measured by the last scheduled validator run.", ("check", "metric", "unit", "device"),
+                   "Values measured by the last validator report (validate.json).", ("check", "metric", "unit", "device"),
                    persist=False)
 VAL_THRESHOLD = Family(PREFIX + "validator_check_threshold", "gauge",
-                       "Thresholds the last scheduled validator run held its measurements to (bound min: the value "
-                       "must be at least this; max: at most this).", ("check", "metric", "unit", "device", "bound"),
+                       "Thresholds the last validator report (validate.json) held its measurements to (bound min: "
+                       "the value must be at least this; max: at most this).", ("check", "metric", "unit", "device", "bound"),
                        persist=False)
 VAL_LAST_RUN = Family(PREFIX + "validator_last_run_timestamp_seconds", "gauge",
                       "End of the validator run whose report is exported (Unix time).", (), persist=False)
 VAL_EXIT = Family(PREFIX + "validator_last_exit_code", "gauge",
-                  "Exit code of the last scheduled validator run (negative: killed by that signal).", (),
+                  "Exit code of the last validator run: the agent's own (negative: killed by that signal) "
+                  "or the exit_code of a report another runner wrote.", (),
                   persist=False)
 VAL_ATTEMPT = Family(PREFIX + "validator_last_attempt_timestamp_seconds", "gauge",
                      "Start of the last scheduled validator run (Unix time).", (), persist=False)
