@@ -45,6 +45,7 @@ import logging
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -68,6 +69,7 @@ MAX_SLEEP_S = 300.0  # re-evaluate at least this often (wall-clock jumps, suspen
 SCHEDULE_FILE = "schedule.json"
 REPORT_FILE = "validate.json"
 REPORT_SCHEMA = "nodewarden.validate/1"
+MAX_REPORT_BYTES = 16 << 20  # a report of the whole suite is a few kB
 LOG_FILE = "validate.log"
 STATUSES = ("pass", "warn", "fail", "skip", "error")  # nodewarden.validator.result.STATUSES
 
@@ -203,8 +205,11 @@ def load_schedule(state_dir: Path, now: float) -> tuple[ScheduleState, bool]:
 
 
 def load_report(path: Path) -> dict[str, Any] | None:
-    """A validator report, or None (absent or unreadable, logged)."""
+    """A validator report, or None (absent, unreadable or not a regular file, logged)."""
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read
+            log.warning("%s is not a regular file: not read", path)
+            return None
         doc = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
@@ -229,8 +234,9 @@ class ReportWatcher:
 
     ``poll()`` stats the file (mtime, size, inode) and, when that changed since the last poll,
     reads it and exports its series and its ``exit_code`` (as ``validator_last_exit_code``).
-    A file that is absent, unreadable or not a report exports nothing and keeps what was
-    exported (its warning is logged once per change). ``seen_now()`` takes the current file as
+    A file that is absent, unreadable, not a regular file (a FIFO would block the read), over
+    :data:`MAX_REPORT_BYTES` or not a report exports nothing and keeps what was exported (its
+    warning is logged once per change). ``seen_now()`` takes the current file as
     already exported (the scheduler has read it at start)."""
 
     def __init__(self, counters: Counters, path: Path) -> None:
@@ -238,12 +244,12 @@ class ReportWatcher:
         self.path = path
         self._key: tuple[int, int, int] | None = None
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self) -> tuple[int, int, int, int] | None:
         try:
             st = self.path.stat()
         except OSError:
             return None
-        return st.st_mtime_ns, st.st_size, st.st_ino
+        return st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode
 
     def seen_now(self) -> None:
         self._key = self._stat()
@@ -254,6 +260,10 @@ class ReportWatcher:
         if key is None or key == self._key:
             return False
         self._key = key
+        if not stat.S_ISREG(key[3]) or key[1] > MAX_REPORT_BYTES:
+            # a FIFO would block the read, a device or a huge file is no report
+            log.warning("%s is not a regular file of at most %d bytes: not read", self.path, MAX_REPORT_BYTES)
+            return False
         doc = load_report(self.path)
         if doc is None or doc.get("schema") != REPORT_SCHEMA:
             if doc is not None:

@@ -337,6 +337,11 @@ def test_report_watcher_keeps_the_last_report_over_a_bad_file(tmp_path: Path, ca
     assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1  # still the last good report
     path.unlink()
     assert w.poll() is False and c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1
+    import os as _os
+    _os.mkfifo(path)  # a FIFO with no writer: reading it would block the watcher for good
+    with caplog.at_level(logging.WARNING):
+        assert w.poll() is False
+    assert "is not a regular file" in caplog.text and c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1
 
 
 def test_report_watcher_seen_now_skips_the_file_read_at_start(tmp_path: Path) -> None:
