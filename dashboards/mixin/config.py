@@ -39,8 +39,12 @@ class Config:
     # How far before a fault window the event counters (Xid, MCE, flash cuts...) look for their
     # value then: a rise across a reboot or scrape gap shorter than this still counts.
     outage_lookback: str = "1h"
-    # A node lists fewer GPUs than it did within this window: a GPU went missing.
-    gpu_missing_window: str = "1d"
+    # A node lists fewer GPUs than it did within this window: a GPU went missing (an unrepaired
+    # node keeps paging this long; a GPU taken out on purpose, too).
+    gpu_missing_window: str = "7d"
+    # The GPUs every node must list (0: only the most each node listed within the window): set
+    # it for a fleet of 8-GPU nodes, so that a node that boots with one missing pages too.
+    expected_gpus_per_node: int = 0
     # Alerts on a state (a GPU lost, a port down, a failed check) keep firing this long after
     # their condition last held, so that an agent restart or a scrape gap neither resolves
     # them nor pages them again; "0s" turns it off (the end-to-end test).

@@ -41,8 +41,14 @@ def _born(cfg: Config, series: str, window: str, born: str | None, ignoring: str
     born = born or series
     up = sel(cfg, "up")
     ign = f" ignoring({ignoring})" if ignoring else ""
-    then = f"last_over_time({born}[{lookback}] offset {window})" if lookback else f"{born} offset {window}"
-    return f"(({series} unless{ign} {then}) and on(job, instance) ({up} offset {window} == 1))"
+    if lookback:
+        # absent over the whole lookback while the target was scraped within it: new (a first
+        # Xid of its code at driver load after a reboot is one)
+        then = f"last_over_time({born}[{lookback}] offset {window})"
+        seen = f"max_over_time({up}[{lookback}] offset {window}) == 1"
+    else:
+        then, seen = f"{born} offset {window}", f"{up} offset {window} == 1"
+    return f"(({series} unless{ign} {then}) and on(job, instance) ({seen}))"
 
 
 def increase_with_first(cfg: Config, series: str, window: str, born: str | None = None,

@@ -75,7 +75,7 @@ ALERTS: tuple[Alert, ...] = (
     Alert("NodewardenGpuLost", "critical", "nodewarden-gpu",
           "NVML answers GPU_IS_LOST for a GPU: it fell off the bus (Xid 79) and no job can use it."),
     Alert("NodewardenGpuMissing", "critical", "nodewarden-gpu",
-          "NVML lists fewer GPUs on the node than it did within the last day: a GPU is gone from the driver."),
+          "NVML lists fewer GPUs on the node than it did within the last week: a GPU is gone from the driver."),
     Alert("NodewardenGpuUncorrectableEcc", "critical", "nodewarden-gpu",
           "The GPU's volatile uncorrected ECC counter rose: a double-bit error in its memory."),
     Alert("NodewardenGpuRowRemapFailure", "critical", "nodewarden-gpu",
@@ -147,9 +147,11 @@ def _with_gpu_info(cfg: Config, expr: str) -> str:
     without an info series (lost before its first poll) keeps its alert without them."""
     # one info series per GPU even when a target is scraped twice or a GPU's identity changed
     # between two scrapes (two series in the lookback): a many-to-many match would fail the rule
-    # last_over_time over the fault window: the identity stays while the fault's own range does
-    # (an agent restart must not turn one alert into two with other labels)
-    info = f'topk by (job, instance, gpu) (1, last_over_time({sel(cfg, "nodewarden_gpu_info")}[{cfg.fault_window}]))'
+    # the current identity, else the last one within the fault window: it stays while the
+    # fault's own range does (an agent restart must not turn one alert into two with other
+    # labels), and a GPU swapped in place is named by its new uuid
+    gi = sel(cfg, "nodewarden_gpu_info")
+    info = f"topk by (job, instance, gpu) (1, {gi} or on(job, instance, gpu) last_over_time({gi}[{cfg.fault_window}]))"
     return f"({expr}) * on(job, instance, gpu) group_left(pci_bus_id, uuid) {info} or on(job, instance, gpu) ({expr})"
 
 
@@ -232,7 +234,13 @@ def _gpu(cfg: Config) -> list[dict]:
     count = sel(cfg, GPU_COUNT)
     up = sel(cfg, "up")
     target = f"job, instance, {_grouping(cfg)}"
-    missing = (f"max_over_time({count}[{cfg.gpu_missing_window}]) > on({target}) ({count}"
+    # the most GPUs the node listed within the window (sampled hourly: a week of minutes would
+    # read 10,080 samples per node at each evaluation), and, when configured, the fleet's count
+    expected = f"max_over_time({count}[{cfg.gpu_missing_window}:1h]) or max_over_time({count}[1h])"
+    if cfg.expected_gpus_per_node > 0:
+        expected = (f"clamp_min(({expected}), {cfg.expected_gpus_per_node}) or on({target}) "
+                    f"max by ({target}) ({up} == 1) * 0 + {cfg.expected_gpus_per_node}")
+    missing = (f"max by ({target}) ({expected}) > on({target}) ({count}"
                f" or on({target}) max by ({target}) ({up} == 1) * 0)")
     return [
         _alert("NodewardenGpuMissing", missing,

@@ -297,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
                               timeout=cfg.collector_timeout_seconds)
     # validate.json is exported whoever writes it: this agent's schedule, the validate timer,
     # a Slurm health check, an operator (ReportWatcher).
-    reports = ReportWatcher(counters, state_dir / REPORT_FILE)
+    reports = ReportWatcher(counters, state_dir / REPORT_FILE, host=host)
     if cfg.validator.enabled:
         v = cfg.validator
         agent.scheduler = Scheduler(counters, state_dir, host, interval_days=v.interval_days,

@@ -28,8 +28,8 @@ Exported (see :mod:`nodewarden.agent.exporter`): each check's status and numeric
 measurements from the report, the report's ``finished`` time, the last exit code, the last
 start time, and when the next run is due. At start they are read back from ``validate.json`` and
 ``schedule.json``. A report written into ``validate.json`` by anyone else (the
-``nodewarden-validate.timer``, a Slurm health check, an operator's ``nodewarden validate --json
-<state_dir>/validate.json``) is exported too, with validator scheduling on or off: the
+``nodewarden-validate.timer``, the Slurm health check given ``NODEWARDEN_JSON``, an operator's
+``nodewarden validate --json <state_dir>/validate.json``) is exported too, with validator scheduling on or off: the
 :class:`ReportWatcher` rereads the file when it changes (one ``stat`` per poll interval), so a
 repaired node's passing run clears the alert of its failed one. A run that wrote no new report (exit 2 for bad ``args``, a timeout) updates
 the exit code only: the series keep the previous report, whose time says how old it is.
@@ -204,18 +204,31 @@ def load_schedule(state_dir: Path, now: float) -> tuple[ScheduleState, bool]:
     return ScheduleState(first_seen=now), True
 
 
-def load_report(path: Path) -> dict[str, Any] | None:
-    """A validator report, or None (absent, unreadable or not a regular file, logged)."""
+def load_report(path: Path, max_bytes: int | None = None) -> dict[str, Any] | None:
+    """A validator report, or None (absent, unreadable, not a regular file, or over
+    ``max_bytes``: logged). Opened once, non-blocking, and checked on the open file: a FIFO or
+    a device put there never blocks the read."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read
-            log.warning("%s is not a regular file: not read", path)
-            return None
-        doc = json.loads(path.read_bytes())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
+    except OSError as e:
+        log.warning("%s unreadable: %s", path, e.strerror or e)
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
+            log.warning("%s is not a regular file%s: not read", path,
+                        "" if max_bytes is None else f" of at most {max_bytes} bytes")
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read()
+        doc = json.loads(data)
     except (OSError, ValueError) as e:
         log.warning("%s unreadable: %s", path, e)
         return None
+    finally:
+        os.close(fd)
     return doc if isinstance(doc, dict) else None
 
 
@@ -235,21 +248,24 @@ class ReportWatcher:
     ``poll()`` stats the file (mtime, size, inode) and, when that changed since the last poll,
     reads it and exports its series and its ``exit_code`` (as ``validator_last_exit_code``).
     A file that is absent, unreadable, not a regular file (a FIFO would block the read), over
-    :data:`MAX_REPORT_BYTES` or not a report exports nothing and keeps what was exported (its
-    warning is logged once per change). ``seen_now()`` takes the current file as
+    :data:`MAX_REPORT_BYTES`, not a report, or the report of another ``host`` exports nothing
+    and keeps what was exported (its warning is logged once per change: a chmod that makes it
+    readable is one). ``seen_now()`` takes the current file as
     already exported (the scheduler has read it at start)."""
 
-    def __init__(self, counters: Counters, path: Path) -> None:
+    def __init__(self, counters: Counters, path: Path, host: str | None = None) -> None:
         self.counters = counters
         self.path = path
-        self._key: tuple[int, int, int] | None = None
+        self.host = host
+        self._key: tuple[int, ...] | None = None
 
-    def _stat(self) -> tuple[int, int, int, int] | None:
+    def _stat(self) -> tuple[int, ...] | None:
         try:
             st = self.path.stat()
         except OSError:
             return None
-        return st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode
+        # ctime too: a chmod or chown that makes the file readable is a change
+        return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode
 
     def seen_now(self) -> None:
         self._key = self._stat()
@@ -260,15 +276,15 @@ class ReportWatcher:
         if key is None or key == self._key:
             return False
         self._key = key
-        if not stat.S_ISREG(key[3]) or key[1] > MAX_REPORT_BYTES:
-            # a FIFO would block the read, a device or a huge file is no report
-            log.warning("%s is not a regular file of at most %d bytes: not read", self.path, MAX_REPORT_BYTES)
-            return False
-        doc = load_report(self.path)
+        doc = load_report(self.path, MAX_REPORT_BYTES)
         if doc is None or doc.get("schema") != REPORT_SCHEMA:
             if doc is not None:
                 log.warning("%s is not a nodewarden validator report (schema %r): not exported",
                             self.path, doc.get("schema"))
+            return False
+        if self.host is not None and isinstance(doc.get("host"), str) and doc["host"] != self.host:
+            # a report copied from another node (or baked into an image) says nothing of this one
+            log.warning("%s is the report of host %r, not of %r: not exported", self.path, doc["host"], self.host)
             return False
         export_report(self.counters, doc)
         if isinstance(doc.get("exit_code"), int) and not isinstance(doc.get("exit_code"), bool):

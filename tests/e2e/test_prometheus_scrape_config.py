@@ -109,6 +109,7 @@ def test_relabelling_gives_every_target_its_node(tmp_path: Path) -> None:
             procs["agent"] = subprocess.Popen(
                 [sys.executable, "-m", "nodewarden", "agent", "--listen", f"127.0.0.1:{agent_port}",
                  "--state-dir", str(tmp_path / "state"), "--sysfs", str(tmp_path / "sys"), "--no-validator",
+                 "--hostname", "gpu-node-005",
                  "--config", str(agent_cfg)],
                 cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(REPO)})

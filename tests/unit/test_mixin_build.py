@@ -91,7 +91,7 @@ def test_increase_with_first_counts_a_series_born_in_the_window() -> None:
     e = promql.increase_with_first(config.DEFAULT, s, "10m")
     then = f"last_over_time({s}[1h] offset 10m)"  # the value before the window, across a gap
     assert f"({s} unless {then})" in e and f"({s} - {then} >= 0)" in e and f"increase({s}[10m])" in e
-    assert 'up{job="nodewarden"} offset 10m == 1' in e
+    assert 'max_over_time(up{job="nodewarden"}[1h] offset 10m) == 1' in e  # scraped within the hour before
     # counters present from the start: the exact difference unless reset inside the window
     w = promql.window_increase(s, "10m")
     assert w == (f"((({s} - {s} offset 10m >= 0) or ({s} < {s} offset 10m)) unless resets({s}[10m]) > 0)"

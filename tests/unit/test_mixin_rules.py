@@ -242,3 +242,36 @@ def test_every_series_a_rule_uses_is_exported() -> None:
         names = promql.metric_names(r["expr"])
         assert names, r
         assert names <= known, (r.get("alert") or r.get("record"), sorted(names - known))
+
+
+def test_expected_gpus_per_node_pages_a_node_that_boots_short(tmp_path: Path) -> None:
+    """Built with ``expected_gpus_per_node=2``: a node that never listed more than one GPU pages;
+    one with both does not (the default build only compares a node with its own past)."""
+    from dashboards.mixin import build
+
+    cfg = config.with_overrides(config.DEFAULT, ["expected_gpus_per_node=2", "for_long=0s"])
+    for rel, text in build.files(cfg).items():
+        if rel.endswith(".yaml"):
+            (tmp_path / Path(rel).name).write_text(text)
+    info = ('nodewarden_gpu_info{{job="nodewarden",instance="{n}:9764",node="{n}",gpu="{g}",minor="{g}",'
+            'name="H100",pci_bus_id="0000:1{g}:00.0",uuid="GPU-{n}-{g}"}}')
+    up = 'up{{job="nodewarden",instance="{n}:9764",node="{n}"}}'
+    test = {"rule_files": ["nodewarden-alerts.yaml", "nodewarden-rules.yaml"], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": [
+                {"series": up.format(n="short"), "values": "1x30"},
+                {"series": info.format(n="short", g=0), "values": "1x30"},
+                {"series": up.format(n="full"), "values": "1x30"},
+                {"series": info.format(n="full", g=0), "values": "1x30"},
+                {"series": info.format(n="full", g=1), "values": "1x30"}],
+                "alert_rule_test": [{"eval_time": "20m", "alertname": "NodewardenGpuMissing", "exp_alerts": [{
+                    "exp_labels": {"severity": "critical", "job": "nodewarden", "instance": "short:9764",
+                                   "node": "short"},
+                    "exp_annotations": {
+                        "summary": "short lists fewer GPUs than it had",
+                        "description": next(r for g in rules.alert_groups(cfg) for r in g["rules"]
+                                            if r["alert"] == "NodewardenGpuMissing")["annotations"]["description"]
+                        .replace("{{ $labels.node }}", "short").replace('{{ printf "%.0f" $value }}', "2"),
+                        "runbook_url": config.DEFAULT.runbook_url_base + "nodewardengpumissing"}}]}]}]}
+    (tmp_path / "t_test.yaml").write_text(yaml.safe_dump(test))
+    r = subprocess.run([_promtool(), "test", "rules", "t_test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

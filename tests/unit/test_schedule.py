@@ -351,3 +351,24 @@ def test_report_watcher_seen_now_skips_the_file_read_at_start(tmp_path: Path) ->
     w = sc.ReportWatcher(c, path)
     w.seen_now()
     assert w.poll() is False and not any(name == ex.VAL_STATUS.name for name, _ in c.snapshot())
+
+
+def test_report_watcher_skips_another_hosts_report_and_sees_a_chmod(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import os as _os
+
+    c = Counters()
+    path = tmp_path / sc.REPORT_FILE
+    path.write_text(json.dumps(REPORT))  # host gpu-017
+    w = sc.ReportWatcher(c, path, host="gpu-018")
+    with caplog.at_level(logging.WARNING):
+        assert w.poll() is False
+    assert "report of host 'gpu-017', not of 'gpu-018'" in caplog.text
+    assert not any(name == ex.VAL_STATUS.name for name, _ in c.snapshot())
+    # the same content made readable later (root reads anything: the mode change is the point)
+    w = sc.ReportWatcher(c, path, host="gpu-017")
+    _os.chmod(path, 0o600)
+    assert w.poll() is True
+    assert w.poll() is False
+    _os.chmod(path, 0o644)  # ctime changes, content does not: read again
+    assert w.poll() is True
