@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                          + [f"--set {shlex.quote(kv)}" for kv in args.set])
         for rel in bad:
             print(f"{rel}: differs from what dashboards/mixin generates; run {again}", file=sys.stderr)
+        if not bad:
+            print(f"{len(files(cfg)) + ((args.out / 'README.md').is_file())} generated files up to date in {args.out}")
         return 1 if bad else 0
     for path in write(args.out, cfg):
         print(path)

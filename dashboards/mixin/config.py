@@ -63,6 +63,13 @@ DURATIONS = frozenset({"fault_window", "for_short", "for_long", "edac_ce_window"
 _DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
 
 
+# Durations that may be 0 (no `for`, no keep_firing_for); the others are windows.
+MAY_BE_ZERO = frozenset({"for_short", "for_long", "keep_firing_for"})
+SELECTORS = frozenset({"job_selector", "ib_port_selector"})
+_MATCHER = r'[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\]|\\.)*"'
+_MATCHERS = re.compile(rf"{_MATCHER}(?:\s*,\s*{_MATCHER})*")
+
+
 def describe() -> list[str]:
     """``key=default`` for every setting, for ``--help``."""
     return [f"{f.name}={f.default!r}" for f in dataclasses.fields(Config)]
@@ -83,8 +90,15 @@ def with_overrides(base: Config, pairs: list[str]) -> Config:
         current = getattr(base, key)
         if key in DURATIONS and (not value or not _DURATION.fullmatch(value)):
             raise ValueError(f"{key}: expected a Prometheus duration (30s, 10m, 1h, 8d), got {value!r}")
+        if key in DURATIONS - MAY_BE_ZERO and not re.search(r"[1-9]", value):
+            raise ValueError(f"{key}: must be longer than 0, got {value!r}")
+        if key in SELECTORS and value and not _MATCHERS.fullmatch(value):
+            raise ValueError(f'{key}: expected label matchers such as job="nodewarden" or '
+                             f'device=~"mlx5_[0-7]", got {value!r}')
         try:
             changes[key] = int(value) if isinstance(current, int) else value
         except ValueError:
             raise ValueError(f"{key}: expected an integer, got {value!r}") from None
+        if isinstance(current, int) and changes[key] < 0:  # type: ignore[operator]
+            raise ValueError(f"{key}: must be 0 or more, got {value!r}")
     return dataclasses.replace(base, **changes)

@@ -52,6 +52,12 @@ NVIDIA_VENDOR = "0x10de"
 HARDWARE = 'hardware="true"'
 CURRENT, MAX = 'which="current"', 'which="max"'
 # "GPU 3 (0000:5d:00.0, GPU-ceee...) on gpu-a": the bus id and uuid when the series has them
+# A state alert (lost, remap pending/failed) keeps only the agent's labels and `gpu`, so that a
+# restart of the agent, after which a lost GPU has no identity series, does not change the alert;
+# its description looks the identity up (the last one within a week) when it is rendered.
+GPU_LOOKUP = ('GPU [[gpu]]{{ with printf `last_over_time(nodewarden_gpu_info{%s,instance="%s",gpu="%s"}[1w])` '
+              '"JOB" $labels.instance $labels.gpu | query }}{{ with first . }} ({{ .Labels.pci_bus_id }}, '
+              '{{ .Labels.uuid }}){{ end }}{{ end }} on [[node]]')
 GPU = ("GPU [[gpu]]{{ with $labels.pci_bus_id }} ({{ . }}{{ with $labels.uuid }}, {{ . }}{{ end }}){{ end }}"
        " on [[node]]")
 
@@ -216,8 +222,12 @@ def recording_groups(cfg: Config) -> list[dict]:
             {"record": CLUSTER_XID, "expr": f"sum by ({job}, xid, category, hardware) ({xid})"},
             {"record": CLUSTER_EDAC, "expr": f"{edac(EDAC_CE, 'corrected')} or {edac(EDAC_UE, 'uncorrected')}"},
             {"record": CLUSTER_FLASH_CUTS, "expr": f"sum by ({job}) ({cuts})"},
+            # a GPU NVML lists, or one it reports lost (after an agent restart a lost GPU has no
+            # identity series: it is NodewardenGpuLost's, not missing)
             {"record": GPU_COUNT,
-             "expr": f"count by (job, instance, {_grouping(cfg)}) ({sel(cfg, 'nodewarden_gpu_info')})"},
+             "expr": f"count by (job, instance, {_grouping(cfg)}) ("
+                     f"max by (job, instance, {_grouping(cfg)}, gpu) ({sel(cfg, 'nodewarden_gpu_info')})"
+                     f" or max by (job, instance, {_grouping(cfg)}, gpu) ({sel(cfg, 'nodewarden_gpu_lost')}))"},
         ],
     }]
 
@@ -231,6 +241,8 @@ def _gpu(cfg: Config) -> list[dict]:
     crc = sel(cfg, nvl, 'type=~"crc_flit|crc_data"')
     rr = sel(cfg, nvl, 'type=~"replay|recovery"')
     gpu = GPU
+    # the job selector inside the template's query (its quotes escaped for the Go string)
+    state_gpu = GPU_LOOKUP.replace('"JOB"', '"' + cfg.job_selector.replace('"', '\\"') + '"')
     count = sel(cfg, GPU_COUNT)
     up = sel(cfg, "up")
     target = f"job, instance, {_grouping(cfg)}"
@@ -252,9 +264,9 @@ def _gpu(cfg: Config) -> list[dict]:
                "too needs a reseat or repair. The alert clears once the count is back (or, for a GPU removed "
                f"on purpose, {cfg.gpu_missing_window} later).", cfg.for_long),
         _alert("NodewardenGpuLost",
-               _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_lost')} == 1"),
+               f"{sel(cfg, 'nodewarden_gpu_lost')} == 1",
                "GPU [[gpu]] on [[node]] is lost (fell off the bus)",
-               f"{gpu} answers NVML_ERROR_GPU_IS_LOST: it is off the bus (Xid 79) and its "
+               f"{state_gpu} answers NVML_ERROR_GPU_IS_LOST: it is off the bus (Xid 79) and its "
                "jobs have failed. Drain the node; a reboot (or a GPU reset) may bring it back, a repeat "
                "means hardware repair.", cfg.for_short),
         _alert("NodewardenGpuUncorrectableEcc",
@@ -264,15 +276,15 @@ def _gpu(cfg: Config) -> list[dict]:
                "The jobs on it may have read bad data. Drain the node, reset the GPU so the row remap "
                "applies, then run `nodewarden validate --checks gpu_memory`."),
         _alert("NodewardenGpuRowRemapFailure",
-               _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_row_remap_failure')} == 1"),
+               f"{sel(cfg, 'nodewarden_gpu_row_remap_failure')} == 1",
                "Row remapping failed on GPU [[gpu]] of [[node]]",
-               f"{gpu} could not remap a failing memory row: it has no spare rows left "
+               f"{state_gpu} could not remap a failing memory row: it has no spare rows left "
                "and can no longer hide bad memory. Drain the node and replace the GPU (RMA).",
                cfg.for_short),
         _alert("NodewardenGpuRowRemapPending",
-               _with_gpu_info(cfg, f"{sel(cfg, 'nodewarden_gpu_row_remap_pending')} == 1"),
+               f"{sel(cfg, 'nodewarden_gpu_row_remap_pending')} == 1",
                "GPU [[gpu]] of [[node]] needs a reset to apply a row remap",
-               f"{gpu} has a row remap pending: the bad row stays in use until the GPU "
+               f"{state_gpu} has a row remap pending: the bad row stays in use until the GPU "
                "is reset. Drain the node, reset the GPU (or reboot), run `nodewarden validate --checks "
                "gpu_memory`, and return it to service when it passes.", cfg.for_short),
         _alert("NodewardenGpuHardwareXid",
@@ -414,7 +426,7 @@ def _validator(cfg: Config) -> list[dict]:
                "jobs. Drain it, read the report (`/var/lib/nodewarden/validate.json`), and after the repair "
                "rerun the suite into the agent's report (`nodewarden validate --json "
                "/var/lib/nodewarden/validate.json`): the agent exports the new report within a poll and the "
-               "alert clears when it passes.", cfg.for_short),
+               f"alert clears {cfg.keep_firing_for} after it passes (keep_firing_for).", cfg.for_short),
         _alert("NodewardenValidatorIncomplete",
                sel(cfg, "nodewarden_validator_check_status", 'status="error"') + " == 1",
                "Validator check [[check]] could not run on [[node]]",

@@ -59,6 +59,15 @@ def test_overrides_name_the_bad_key() -> None:
     with pytest.raises(ValueError, match="edac_ce_threshold: expected edac_ce_threshold=VALUE"):
         config.with_overrides(config.DEFAULT, ["edac_ce_threshold"])
     assert config.with_overrides(config.DEFAULT, ["keep_firing_for=0s", "interval=1h30m"]).interval == "1h30m"
+    # values that would build rules promtool rejects, or an alert that always fires
+    for bad, msg in (('job_selector=job="x', "job_selector: expected label matchers"),
+                     ("interval=0s", "interval: must be longer than 0"),
+                     ("edac_ce_threshold=-5", "edac_ce_threshold: must be 0 or more")):
+        with pytest.raises(ValueError, match=msg):
+            config.with_overrides(config.DEFAULT, [bad])
+    cfg = config.with_overrides(config.DEFAULT, ['job_selector=job="nw",env!="dev"',
+                                                 'ib_port_selector=device=~"mlx5_[0-7]"'])
+    assert cfg.job_selector == 'job="nw",env!="dev"'
 
 
 def test_check_names_the_command_that_rebuilds_what_it_checked(tmp_path: Path) -> None:
