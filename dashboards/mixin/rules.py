@@ -28,7 +28,6 @@ from . import promql
 from .config import Config
 from .promql import sel
 
-RUNBOOK = "https://github.com/nodewarden/nodewarden/blob/main/dashboards/runbooks.md#"
 SEVERITIES = ("critical", "warning", "info")
 
 XID = "nodewarden_gpu_xid_errors_total"
@@ -71,10 +70,6 @@ class Alert:
     severity: str
     group: str
     meaning: str
-
-    @property
-    def runbook_url(self) -> str:
-        return RUNBOOK + self.name.lower()
 
 
 ALERTS: tuple[Alert, ...] = (
@@ -144,7 +139,7 @@ def _alert(name: str, expr: str, summary: str, description: str, for_: str | Non
     if for_ and for_ not in ("0", "0s"):
         rule["for"] = for_
     rule["labels"] = {"severity": a.severity}
-    rule["annotations"] = {"summary": _t(summary), "description": _t(description), "runbook_url": a.runbook_url}
+    rule["annotations"] = {"summary": _t(summary), "description": _t(description)}  # + runbook_url: _finish
     return rule
 
 
