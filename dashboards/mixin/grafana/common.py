@@ -68,6 +68,14 @@ def links() -> list[cogbuilder.Builder[model.DashboardLink]]:
             .as_dropdown(True).include_vars(True).keep_time(True)]
 
 
+def dashboard_link(title: str, key: str, tooltip: str = "") -> dash.DashboardLink:
+    """A header link to another nodewarden dashboard (``key`` in :data:`UIDS`), keeping the
+    time range and the variables."""
+    link = (dash.DashboardLink(title).type(model.DashboardLinkType.LINK).url(f"/d/{UIDS[key]}")
+            .include_vars(True).keep_time(True))
+    return link.tooltip(tooltip) if tooltip else link
+
+
 def node_link(cfg: Config) -> dash.DashboardLink:
     """A data link from a row that has ``cluster`` and ``node`` fields to the node dashboard."""
     url = (f"/d/{UIDS['node']}?var-datasource=${{datasource}}"

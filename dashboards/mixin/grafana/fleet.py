@@ -219,6 +219,4 @@ def dashboard(cfg: Config) -> dash.Dashboard:
     d = common.build("nodewarden / Fleet faults", common.UIDS["fleet"],
                      "Hardware faults of every GPU node: Xids, ECC, EDAC, MCE, InfiniBand, PCIe, validator.",
                      cfg, sections)
-    return d.link(dash.DashboardLink("Node detail").type(common.model.DashboardLinkType.LINK)
-                  .url(f"/d/{common.UIDS['node']}").include_vars(True).keep_time(True)
-                  .tooltip("The node dashboard for the selected $node"))
+    return d.link(common.dashboard_link("Node detail", "node", "The node dashboard for the selected $node"))

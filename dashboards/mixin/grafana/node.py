@@ -278,5 +278,4 @@ def dashboard(cfg: Config) -> dash.Dashboard:
     d = common.build("nodewarden / Node detail", common.UIDS["node"],
                      "One node's faults per GPU, IB port, DIMM and PCI device, its last validator run and the "
                      "agent's own health.", cfg, sections, one_node=True)
-    return d.link(dash.DashboardLink("Fleet faults").type(common.model.DashboardLinkType.LINK)
-                  .url(f"/d/{common.UIDS['fleet']}").include_vars(True).keep_time(True))
+    return d.link(common.dashboard_link("Fleet faults", "fleet"))
