@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--days", type=int, help="days to simulate from --start (default: the rates file's span)")
     si.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
     si.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same files")
-    si.add_argument("--rates", metavar="FILE", help="rates TOML (default: nodewarden/analysis/fleet_default.toml)")
+    si.add_argument("--rates", metavar="FILE",
+                    help="rates TOML (default: nodewarden/analysis/fleet_default.toml); its [beyond_paper] counts "
+                         "turn on kinds the paper does not count (NVSwitch SXid, PCIe AER, reset-required GPUs, "
+                         "AMD MCA and GHES memory errors; all 0 by default), [xid_year] \"154\" Xid 154")
     si.add_argument("--start", type=lambda t: dt.date.fromisoformat(t), metavar="YYYY-MM-DD",
                     help="first day (default: the rates file's start, 2023-04-19)")
     si.add_argument("--noise", type=float, metavar="LINES", help="ordinary kernel lines per node per day (mean)")

@@ -32,11 +32,18 @@ IB_LINK_OUTAGE = "ib_link_outage"  # a port left ACTIVE for longer than that
 NET_LINK_DOWN = "net_link_down"  # "mlx5_core <bdf> <netdev>: Link down" (Ethernet/RoCE netdev)
 NET_LINK_UP = "net_link_up"
 NIC_MODULE = "nic_module_event"  # "Port module event: module N, Cable plugged/unplugged"
+SXID = "sxid"  # NVSwitch "nvidia-nvswitchN: SXid (PCI:...): CODE, ..." (its Data/description/Severity lines folded)
+PCIE_AER = "pcie_aer"  # one PCIe AER error record (kernel AER driver, or a GHES "PCIe error" section)
+PCIE_AER_RECOVERY = "pcie_aer_recovery"  # AER recovery outcome: can't recover, recovery failed, link reset
+GPU_RESET_REQUIRED = "gpu_reset_required"  # the driver says a GPU needs a reset or the node a reboot
+GPU_RECOVERY_ACTION = "gpu_recovery_action"  # NVML's GPU recovery action changed (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+DRIVER_ASSERTION = "driver_assertion"  # "NVRM: nvAssert...Failed...: Assertion failed: ... @ file.c:N" (no reset token)
 UNPARSED = "unparsed"  # looked like a fault line, could not be parsed: kept raw, counted
 
 KINDS = (
     XID, GPU_LOST, GPU_ECC, ROW_REMAP, CPU_ECC, MCE, IB_LINK_DOWN, IB_LINK_UP, IB_PORT_STATE,
-    IB_FLASH_CUT, IB_LINK_OUTAGE, NET_LINK_DOWN, NET_LINK_UP, NIC_MODULE, UNPARSED,
+    IB_FLASH_CUT, IB_LINK_OUTAGE, NET_LINK_DOWN, NET_LINK_UP, NIC_MODULE, SXID, PCIE_AER, PCIE_AER_RECOVERY,
+    GPU_RESET_REQUIRED, GPU_RECOVERY_ACTION, DRIVER_ASSERTION, UNPARSED,
 )
 
 # Timestamp kinds: how `time` was obtained.
@@ -59,7 +66,7 @@ class FaultEvent:
       source: ``kmsg``, ``file``, ``journal``, ``stdin``, ``nvml``, ``sysfs``, ``journal_json``.
       device: the faulty part: PCI bus id ``DDDD:BB:DD.F`` for GPUs and NICs, ``mlx5_0/1`` for an
         IB port, ``mc0/CPU_SrcID#0_Ha#0_Chan#2_DIMM#0`` for a DIMM, ``cpu0/bank9`` for an MCE.
-      code: the Xid number for ``xid`` events, else None.
+      code: the Xid number for ``xid`` events, the SXid number for ``sxid`` events, else None.
       category: the Xid group (Fire-Flyer Table V) or another short class; filled by the catalog.
       message: the message text after the timestamp/host envelope.
       raw: the original line(s), verbatim.
@@ -114,6 +121,8 @@ class FaultEvent:
             "source": self.source,
             "device": self.device,
             "xid": self.code if self.kind == XID else None,
+            # The code of the other numbered kinds (an NVSwitch SXid); None for Xids (see ``xid``).
+            "code": self.code if self.kind != XID else None,
             "category": self.category,
             "pci_bus_id": self.pci_bus_id,
             "pid": self.pid,

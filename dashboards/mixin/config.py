@@ -34,6 +34,18 @@ class Config:
     # IB flash-cut storm on one port: this many flash cuts within the window.
     flash_cut_storm_count: int = 3
     flash_cut_storm_window: str = "1h"
+    # NVSwitch non-fatal SXid storm on one switch: this many non-fatal (or unknown) SXids within
+    # the window. NVIDIA publishes no rate (the Fabric Manager guide calls non-fatal SXids
+    # informational); the default is nodewarden's: more than one every six minutes for an hour
+    # is a link or port going bad, well before a fatal SXid.
+    sxid_storm_count: int = 10
+    sxid_storm_window: str = "1h"
+    # Corrected PCIe AER errors of one function within the window: DCGM's PCIe replay limit,
+    # 8 per minute ("the maximum recommended by RM", DCGM_LIMIT_MAX_PCIREPLAY_RATE in
+    # dcgm_gpu_hardware_limits.h), over 10 minutes. Corrected errors (Receiver Error, Bad TLP,
+    # Bad DLLP, replay timeouts) are what a link replays for.
+    aer_corrected_storm_count: int = 80
+    aer_corrected_storm_window: str = "10m"
     # Optional extra selector for the IB ports that must be up (e.g. 'device=~"mlx5_[0-7]"').
     ib_port_selector: str = ""
     # How far before a fault window the event counters (Xid, MCE, flash cuts...) look for their
@@ -59,7 +71,8 @@ DEFAULT = Config()
 
 # Fields that are Prometheus durations ("30s", "10m", "1h30m", "8d"...).
 DURATIONS = frozenset({"fault_window", "for_short", "for_long", "edac_ce_window", "flash_cut_storm_window",
-                       "outage_lookback", "gpu_missing_window", "keep_firing_for", "interval"})
+                       "sxid_storm_window", "aer_corrected_storm_window", "outage_lookback", "gpu_missing_window",
+                       "keep_firing_for", "interval"})
 _DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
 
 

@@ -9,10 +9,11 @@ and ``dashboards/runbooks.md`` has one section per alert (anchor: the name in lo
 Counters and windows, the two kinds of "it happened" expression used here:
 
 * Counters the agent creates at their first event, with value 1 (Xid per GPU and code, MCE and
-  kernel-log EDAC per type, flash cuts): :func:`promql.increase_with_first`, because
-  ``increase()`` never counts a series' first sample.
+  kernel-log EDAC per type, flash cuts, NVSwitch SXids, kernel-log PCIe AER records and recovery
+  outcomes, GPU-lost precursors, reset-required events): :func:`promql.increase_with_first`,
+  because ``increase()`` never counts a series' first sample.
 * Counters that exist from the agent's first poll at whatever value the hardware holds (GPU ECC,
-  sysfs EDAC, NVLink, kmsg loss): :func:`promql.window_increase` (the exact difference, not
+  sysfs EDAC and PCIe AER, NVLink, kmsg loss): :func:`promql.window_increase` (the exact difference, not
   ``increase()``'s extrapolation, so a description quotes the count itself), which gives 0 for
   a counter that is non-zero but flat, so an old error never pages.
 
@@ -39,6 +40,22 @@ CLUSTER_XID = "cluster_xid:nodewarden_gpu_xid_errors:interval_increase"
 CLUSTER_EDAC = "cluster:nodewarden_edac_errors:interval_increase"
 CLUSTER_FLASH_CUTS = "cluster:nodewarden_ib_flash_cuts:interval_increase"
 EDAC_CE, EDAC_UE = "nodewarden_edac_correctable_errors_total", "nodewarden_edac_uncorrectable_errors_total"
+# Kernel-log fault kinds beyond the paper's tables (NVSwitch SXid, PCIe AER, GPU reset/recovery):
+# one series per cluster and `kind` (the columns of `nodewarden analyze`'s beyond_paper_monthly).
+CLUSTER_BEYOND = "cluster_kind:nodewarden_beyond_paper_events:interval_increase"
+SXID = "nodewarden_nvswitch_sxid_errors_total"            # {switch, pci_bus_id, sxid, severity}
+AER_LOGGED = "nodewarden_pcie_aer_logged_errors_total"    # {pci_bus_id, severity} kernel-log records
+AER_SYSFS = "nodewarden_pcie_aer_errors_total"            # {pci_bus_id, severity, error} sysfs aer_dev_*
+AER_RECOVERY = "nodewarden_pcie_aer_recovery_events_total"  # {pci_bus_id, outcome}
+PRECURSOR = "nodewarden_gpu_lost_precursor_events_total"  # {gpu, pci_bus_id, reason}
+RESET_EVENTS = "nodewarden_gpu_reset_required_events_total"  # {gpu, pci_bus_id, action}
+RECOVERY_ACTION = "nodewarden_gpu_recovery_action"        # {gpu, action} 1 for the current action
+# NVML's nvmlDeviceGpuRecoveryAction_t (nvml.h): the agent's `action` label names and the values
+# (the ones every driver with the field has; newer ones and `unknown` appear only while current).
+RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
+# Actions that need the node rebooted (NodewardenNodeRebootRequired); any other but none needs a
+# GPU reset or a drain first (NodewardenGpuResetRequired), an action this mixin does not know too.
+REBOOT_ACTIONS = "node_reboot|system_reboot"
 
 # DCGM's NVLink health watch (modules/health/DcgmHealthWatch.cpp, limits in
 # dcgm_gpu_hardware_limits.h): a CRC (flit or data) error counter fails the watch at
@@ -59,6 +76,18 @@ GPU_LOOKUP = ('GPU [[gpu]]{{ with printf `last_over_time(nodewarden_gpu_info{%s,
               '{{ .Labels.uuid }}){{ end }}{{ end }} on [[node]]')
 GPU = ("GPU [[gpu]]{{ with $labels.pci_bus_id }} ({{ . }}{{ with $labels.uuid }}, {{ . }}{{ end }}){{ end }}"
        " on [[node]]")
+# A kernel-log series whose `gpu` is empty when the line named no GPU the agent could map (a
+# driver assertion without a PCI id): "GPU 3 (0000:5d:00.0) on gpu-a", "The GPU at 0000:5d:00.0
+# on gpu-a", "A GPU on gpu-a" (it starts a sentence).
+LOG_GPU = ("{{ if $labels.gpu }}GPU [[gpu]]{{ with $labels.pci_bus_id }} ({{ . }}){{ end }}"
+           "{{ else }}{{ with $labels.pci_bus_id }}The GPU at {{ . }}{{ else }}A GPU{{ end }}{{ end }} on [[node]]")
+LOG_GPU_SHORT = "{{ if $labels.gpu }}GPU [[gpu]]{{ else }}A GPU{{ end }}"
+PRECURSOR_REASON = ('{{ if eq $labels.reason "fatal_aer" }}an uncorrected (fatal) PCIe AER error'
+                    '{{ else if eq $labels.reason "non_fatal_aer" }}an uncorrected (non-fatal) PCIe AER error'
+                    '{{ else if eq $labels.reason "aer_no_error_detected_callback" }}an AER error its driver could '
+                    "not recover (no error_detected callback)"
+                    '{{ else if eq $labels.reason "aer_recovery_failed" }}a failed AER device recovery'
+                    "{{ else }}a precursor event ([[reason]]){{ end }}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +116,17 @@ ALERTS: tuple[Alert, ...] = (
           "An Xid the policy marks hardware (drain or reset_gpu) was logged; never an application Xid."),
     Alert("NodewardenGpuNvlinkErrors", "warning", "nodewarden-gpu",
           "An NVLink link replays or recovers, or has CRC errors at 100/s or more (DCGM's limits)."),
+    Alert("NodewardenGpuLostPrecursor", "critical", "nodewarden-gpu",
+          "An uncorrected PCIe AER error on an NVIDIA function, or AER recovery that failed for it: the GPU "
+          "is about to fall off the bus."),
+    Alert("NodewardenGpuResetRequired", "critical", "nodewarden-gpu",
+          "The driver says a GPU must be reset (NVML recovery action, NV_ERR_RESET_REQUIRED or Xid 154)."),
+    Alert("NodewardenNodeRebootRequired", "critical", "nodewarden-gpu",
+          "The driver says the node must be rebooted to recover a GPU (recovery action node_reboot)."),
+    Alert("NodewardenNvswitchFatalSxid", "critical", "nodewarden-nvswitch",
+          "An NVSwitch logged a fatal SXid: NVLink traffic through it stopped, the jobs across it failed."),
+    Alert("NodewardenNvswitchSxidStorm", "warning", "nodewarden-nvswitch",
+          "An NVSwitch logged many non-fatal SXids within the storm window (10 in 1 h by default)."),
     Alert("NodewardenIbFlashCutStorm", "warning", "nodewarden-infiniband",
           "One IB port dropped and came back (flash cut) several times within the storm window."),
     Alert("NodewardenIbPortDown", "critical", "nodewarden-infiniband",
@@ -101,6 +141,10 @@ ALERTS: tuple[Alert, ...] = (
           "The kernel logged an uncorrected machine check (CPU, cache, memory controller or bus)."),
     Alert("NodewardenPcieLinkDowntrained", "warning", "nodewarden-host",
           "A PCIe link trained below its maximum width (or generation, for non-NVIDIA functions)."),
+    Alert("NodewardenPcieAerUncorrected", "warning", "nodewarden-host",
+          "A PCI function (not a GPU-lost precursor) reported an uncorrected (fatal or non-fatal) AER error."),
+    Alert("NodewardenPcieAerCorrectedStorm", "warning", "nodewarden-host",
+          "A PCI function reported corrected AER errors at DCGM's PCIe replay limit (80 in 10 min) or more."),
     Alert("NodewardenValidatorFailed", "critical", "nodewarden-validator",
           "A check of the last scheduled `nodewarden validate` run failed: the node should be drained."),
     Alert("NodewardenValidatorIncomplete", "warning", "nodewarden-validator",
@@ -199,6 +243,13 @@ def recording_groups(cfg: Config) -> list[dict]:
 
     * ``cluster_node:nodewarden_gpus:count``: the GPUs NVML lists per node (``job, instance,
       cluster, node``), whose drop NodewardenGpuMissing watches over a day.
+    * ``cluster_kind:nodewarden_beyond_paper_events:interval_increase`` (``job, cluster, kind``):
+      the kernel-log events the paper's tables leave out, counted as the Xid count is, one series
+      per ``kind``: ``sxid_fatal``, ``sxid_non_fatal``, ``sxid_unknown`` (NVSwitch SXids by
+      severity), ``pcie_aer_fatal``, ``pcie_aer_non_fatal``, ``pcie_aer_corrected`` (AER records),
+      ``gpu_reset_required``, ``gpu_lost_precursor``: the columns of ``nodewarden analyze``'s
+      beyond_paper_monthly table. The failure-statistics dashboard's "beyond the paper" panels
+      read it.
 
     One group, evaluated in order every ``cfg.interval``: the Xid count reads the policy
     series of the same evaluation."""
@@ -209,6 +260,15 @@ def recording_groups(cfg: Config) -> list[dict]:
         inc = promql.interval_increase(cfg, sel(cfg, metric), i)
         return f'label_replace(sum by ({job}) ({inc}), "type", "{typ}", "", "")'
     cuts = promql.interval_increase(cfg, sel(cfg, "nodewarden_ib_flash_cuts_total"), i)
+
+    def beyond(metric: str, kind: str, by_label: str = "") -> str:
+        # kind "<prefix>_<severity>" from the series' own label, or a fixed kind
+        inc = promql.interval_increase(cfg, sel(cfg, metric), i)
+        if by_label:
+            return (f'sum by ({job}, kind) (label_replace({inc}, "kind", "{kind}_$1", "{by_label}", "(.+)"))')
+        return f'label_replace(sum by ({job}) ({inc}), "kind", "{kind}", "", "")'
+    beyond_paper = " or ".join((beyond(SXID, "sxid", "severity"), beyond(AER_LOGGED, "pcie_aer", "severity"),
+                                beyond(RESET_EVENTS, "gpu_reset_required"), beyond(PRECURSOR, "gpu_lost_precursor")))
     return [{
         "name": "nodewarden-xid.rules",
         "interval": i,
@@ -223,6 +283,7 @@ def recording_groups(cfg: Config) -> list[dict]:
              "expr": f"count by (job, instance, {_grouping(cfg)}) ("
                      f"max by (job, instance, {_grouping(cfg)}, gpu) ({sel(cfg, 'nodewarden_gpu_info')})"
                      f" or max by (job, instance, {_grouping(cfg)}, gpu) ({sel(cfg, 'nodewarden_gpu_lost')}))"},
+            {"record": CLUSTER_BEYOND, "expr": beyond_paper},
         ],
     }]
 
@@ -302,6 +363,86 @@ def _gpu(cfg: Config) -> list[dict]:
     ]
 
 
+def _recovery(cfg: Config, actions: str) -> str:
+    """GPUs whose recovery action (``action`` label, matched by ``actions``) says they need it:
+    NVML's current action (``nodewarden_gpu_recovery_action == 1``, with the GPU's bus id from
+    ``nodewarden_gpu_info``), or a kernel-log event that said so within the fault window
+    (``NV_ERR_RESET_REQUIRED``, an Xid 154 to that action) and that NVML does not report (yet, or
+    at all: a driver without the field). Labels ``gpu``, ``pci_bus_id`` (when known), ``action``:
+    the same for both sources, so that the NVML state taking over from the log event keeps one
+    alert."""
+    state = f"{sel(cfg, RECOVERY_ACTION, actions)} == 1"
+    info = f"topk by (job, instance, gpu) (1, {sel(cfg, 'nodewarden_gpu_info')})"
+    state = f"({state}) * on(job, instance, gpu) group_left(pci_bus_id) {info} or on(job, instance, gpu) ({state})"
+    events = f"({promql.increase_with_first(cfg, sel(cfg, RESET_EVENTS, actions), cfg.fault_window)}) > 0"
+    return f"({state}) or on(job, instance, gpu, action) ({events})"
+
+
+def _gpu_recovery(cfg: Config) -> list[dict]:
+    w = cfg.fault_window
+    precursor = promql.increase_with_first(cfg, sel(cfg, PRECURSOR), w)
+    return [
+        _alert("NodewardenGpuLostPrecursor",
+               f"({precursor}) > 0",
+               "{{ if $labels.gpu }}GPU [[gpu]]{{ else }}NVIDIA function [[pci_bus_id]]{{ end }} of [[node]] "
+               "is about to fall off the bus ([[reason]])",
+               "{{ if $labels.gpu }}GPU [[gpu]] ([[pci_bus_id]]){{ else }}NVIDIA function [[pci_bus_id]]{{ end }}"
+               f" on [[node]] had {PRECURSOR_REASON} ([[count]] in the last {w}). The nvidia driver cannot "
+               "recover a GPU from an uncorrected PCIe error: such a GPU is usually lost next (Xid 79), with "
+               "every job on it. Drain the node now. Read the AER record (`journalctl -k | grep "
+               "-i -e aer -e 'pcie bus error'`), `lspci -vvv -s [[pci_bus_id]]` (UESta, LnkSta) and "
+               "`nvidia-smi -q -i [[pci_bus_id]]`; reboot, then run `nodewarden validate --checks links,gpu_memory`. "
+               "A repeat on the same GPU or slot: reseat or replace the GPU, riser or retimer."),
+        _alert("NodewardenGpuResetRequired",
+               _recovery(cfg, f'action!~"none|{REBOOT_ACTIONS}"'),
+               f"{LOG_GPU_SHORT} of [[node]] needs a reset ([[action]])",
+               f"{LOG_GPU} needs a reset: NVML's recovery action is [[action]], or the driver said so in the "
+               f"last {w} (`NV_ERR_RESET_REQUIRED`, Xid 154). Jobs on it fail or run at reduced capacity until "
+               "it is reset. Drain the node{{ if eq $labels.action \"drain_p2p\" }} and stop its peer-to-peer "
+               "(NVLink) traffic, then read the action again: it turns into the one to take"
+               "{{ else if eq $labels.action \"drain_and_reset\" }}, let the running jobs finish (it runs with "
+               "memory or engines offlined){{ end }}; with no process left on it, reset it (`nvidia-smi -r -i "
+               "<bus id>`; on an NVSwitch board stop nvidia-fabricmanager first, or reboot) and run `nodewarden "
+               f"validate --checks gpu_memory,links`. The alert clears {cfg.keep_firing_for} after NVML reports "
+               "none again.", cfg.for_short),
+        _alert("NodewardenNodeRebootRequired",
+               _recovery(cfg, f'action=~"{REBOOT_ACTIONS}"'),
+               "[[node]] must be rebooted to recover {{ if $labels.gpu }}GPU [[gpu]]{{ else }}a GPU{{ end }}",
+               f"{LOG_GPU} needs the whole node rebooted (recovery action [[action]], from NVML or an Xid 154 in "
+               f"the last {w}): the driver cannot recover it with a GPU reset. Drain the node, reboot it, and run "
+               "`nodewarden validate --checks links,gpu_memory` before it takes jobs again; a GPU that asks "
+               f"again goes for repair. The alert clears {cfg.keep_firing_for} after NVML reports none again.",
+               cfg.for_short),
+    ]
+
+
+def _nvswitch(cfg: Config) -> list[dict]:
+    w = cfg.fault_window
+    fatal = promql.increase_with_first(cfg, sel(cfg, SXID, 'severity="fatal"'), w)
+    n, win = cfg.sxid_storm_count, cfg.sxid_storm_window
+    other = promql.increase_with_first(cfg, sel(cfg, SXID, 'severity!="fatal"'), win)
+    return [
+        _alert("NodewardenNvswitchFatalSxid",
+               # without the series' severity ("fatal"): the alert's own severity label replaces it
+               f"sum without (severity) ({fatal}) > 0",
+               "Fatal SXid [[sxid]] on NVSwitch [[switch]] of [[node]]",
+               f"NVSwitch [[switch]] ([[pci_bus_id]]) on [[node]] logged fatal SXid [[sxid]] [[count]] time(s) in "
+               f"the last {w}: NVLink traffic through it stopped, and the jobs spanning its GPUs failed (Xid "
+               "74/145 on them). Drain the node. Read Fabric Manager's log (`journalctl -u nvidia-fabricmanager`, "
+               "`/var/log/fabricmanager.log`) for the port and GPU, then reset the GPUs and NVSwitches (stop "
+               "nvidia-fabricmanager, `nvidia-smi -r`, start it) or reboot, and run `nodewarden validate "
+               "--checks links,allreduce`. A repeat on the same switch: the baseboard needs service."),
+        _alert("NodewardenNvswitchSxidStorm",
+               f"sum without (sxid, severity) ({other}) >= {n}",
+               "SXid storm on NVSwitch [[switch]] of [[node]]",
+               f"NVSwitch [[switch]] ([[pci_bus_id]]) on [[node]] logged [[count]] non-fatal SXids in the last "
+               f"{win} (storm: {n} or more). Each is corrected, but a switch or link at this rate slows the "
+               "collectives crossing it and tends to go on to a fatal SXid. Find the codes and links in the "
+               "node dashboard or `journalctl -k | grep SXid`, check Fabric Manager's log, and plan a reset or "
+               "service of the baseboard at the next drain."),
+    ]
+
+
 def _ib(cfg: Config) -> list[dict]:
     ib = cfg.ib_port_selector
     cuts = sel(cfg, "nodewarden_ib_flash_cuts_total", ib)
@@ -370,6 +511,24 @@ def _host(cfg: Config) -> list[dict]:
         f' topk by (job, instance, gpu) (1, {gpu_info})'
         f' unless on(job, instance, pci_bus_id) {sel(cfg, width)}, "dimension", "width", "", "")'
     )
+    # PCIe AER: the kernel log's records (one per error) and the sysfs aer_dev_* counters (one per
+    # error bit, every function from the agent's first poll), the larger of the two per function
+    # and severity, in the kernel log's words (fatal, non_fatal, corrected), as `aer_severity`: the
+    # alert's own `severity` label (warning) would replace the series' one.
+    def aer(log_sev: str, sysfs_sev: str, window: str) -> str:
+        log = promql.increase_with_first(cfg, sel(cfg, AER_LOGGED, f'severity=~"{log_sev}"'), window)
+        sysfs = sel(cfg, AER_SYSFS, f'severity=~"{sysfs_sev}"')
+        sysfs = f"sum without (error) ({promql.window_increase(sysfs, window)})"
+        sysfs = (f'label_replace(label_replace({sysfs}, "severity", "non_fatal", "severity", "nonfatal"),'
+                 ' "severity", "corrected", "severity", "correctable")')
+        both = (f'label_replace({log}, "source", "kernel_log", "", "")'
+                f' or label_replace({sysfs}, "source", "sysfs", "", "")')
+        return f'max without (source, severity) (label_replace({both}, "aer_severity", "$1", "severity", "(.*)"))'
+    precursor = promql.increase_with_first(cfg, sel(cfg, PRECURSOR), w)
+    # a function whose error is a GPU-lost precursor pages as NodewardenGpuLostPrecursor instead
+    uncorrected = (f"({aer('fatal|non_fatal', 'fatal|nonfatal', w)}) > 0"
+                   f" unless on(job, instance, pci_bus_id) (({precursor}) > 0)")
+    corrected = f"max without (aer_severity) ({aer('corrected', 'correctable', cfg.aer_corrected_storm_window)})"
     return [
         _alert("NodewardenEdacUncorrectable",
                f"{edac('nodewarden_edac_uncorrectable_errors_total', 'uncorrected', w)} > 0",
@@ -391,6 +550,23 @@ def _host(cfg: Config) -> list[dict]:
                f"The kernel of [[node]] logged [[count]] uncorrected machine-check record(s) in the last {w} "
                "(CPU, cache, memory controller or bus). Drain the node, read the record (`journalctl -k "
                "| grep -i 'machine check'`, `ras-mc-ctl --errors`, the BMC's SEL) and send it for repair."),
+        _alert("NodewardenPcieAerUncorrected",
+               uncorrected,
+               "Uncorrected PCIe AER error on [[pci_bus_id]] of [[node]] ([[aer_severity]])",
+               f"PCI function [[pci_bus_id]] on [[node]] reported [[count]] uncorrected ([[aer_severity]]) AER "
+               f"error(s) in the last {w} (the kernel log's records, or the sysfs counters where more): a fatal "
+               "one resets the link, and the device's driver recovers it or the device is gone. `lspci -vvv -s "
+               "[[pci_bus_id]]` names the device (UESta: the error bits); `journalctl -k | grep -i -A8 'pcie bus "
+               "error'` has the record and its recovery. A NIC or NVSwitch whose jobs failed: drain the node; a "
+               "repeat: reseat or replace the device, riser or cable at the next drain."),
+        _alert("NodewardenPcieAerCorrectedStorm",
+               f"{corrected} >= {cfg.aer_corrected_storm_count}",
+               "Corrected PCIe AER error storm on [[pci_bus_id]] of [[node]]",
+               f"PCI function [[pci_bus_id]] on [[node]] reported [[count]] corrected AER errors in the last "
+               f"{cfg.aer_corrected_storm_window} (limit {cfg.aer_corrected_storm_count}, DCGM's PCIe replay "
+               "limit of 8 a minute): each one is a replayed transfer, and the link is marginal. Check `lspci "
+               "-vvv -s [[pci_bus_id]]` (CESta, LnkSta against LnkCap) and the node dashboard for the error "
+               "kinds; reseat the card, riser or cable at the next drain."),
         _alert("NodewardenPcieLinkDowntrained",
                downtrained,
                "PCIe link of [[pci_bus_id]] on [[node]] is downtrained ([[dimension]])",
@@ -480,6 +656,7 @@ def _agent(cfg: Config) -> list[dict]:
 # they keep firing for ``cfg.keep_firing_for`` after their condition last held.
 KEEP_FIRING = frozenset({
     "NodewardenGpuLost", "NodewardenGpuMissing", "NodewardenGpuRowRemapFailure", "NodewardenGpuRowRemapPending",
+    "NodewardenGpuResetRequired", "NodewardenNodeRebootRequired",
     "NodewardenIbPortDown", "NodewardenIbPortDegraded", "NodewardenPcieLinkDowntrained",
     "NodewardenValidatorFailed", "NodewardenValidatorIncomplete", "NodewardenCollectorFailing",
 })
@@ -502,7 +679,8 @@ def alert_groups(cfg: Config) -> list[dict]:
     """The alerting-rule groups (one per subsystem), every rule of :data:`ALERTS` exactly once,
     in that order; each with ``labels.severity`` and the ``summary``, ``description`` and
     ``runbook_url`` annotations."""
-    rules = [_finish(cfg, r) for r in (*_gpu(cfg), *_ib(cfg), *_host(cfg), *_validator(cfg), *_agent(cfg))]
+    rules = [_finish(cfg, r) for r in (*_gpu(cfg), *_gpu_recovery(cfg), *_nvswitch(cfg), *_ib(cfg), *_host(cfg),
+                                       *_validator(cfg), *_agent(cfg))]
     by_group: dict[str, list[dict]] = {}
     for rule in rules:
         by_group.setdefault(BY_NAME[rule["alert"]].group, []).append(rule)

@@ -9,6 +9,9 @@ scrapes from a snapshot of the counters and the collectors' last snapshots
 (:mod:`nodewarden.agent.server`). Counting, journaling and saving ``state.json`` happen under
 one lock (:attr:`Agent.lock`), shared by the follower and the collectors' event sink, so that a
 ``state.json`` always holds a cursor and the counters it implies. No scrape ever waits on it.
+The follower's events are shown to the flash-cut detector and to the AER reconciler
+(:mod:`nodewarden.agent.aer`), which keeps the pcie collector's sysfs AER rises that the kernel
+log printed from becoming second events (:func:`kernel_observer`).
 
 Configuration: :mod:`nodewarden.agent.config` (TOML file and flags, flags winning).
 
@@ -46,6 +49,9 @@ from nodewarden.agent import config as cf
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
 from nodewarden.agent import webconfig
+from nodewarden.agent.aer import COLLECTOR as AER_COLLECTOR
+from nodewarden.agent.aer import SLACK_S as AER_SLACK_S
+from nodewarden.agent.aer import AerReconciler
 from nodewarden.agent.exporter import Counters, GpuMinors, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
@@ -200,6 +206,21 @@ class Agent:
         }
 
 
+def kernel_observer(flash: FlashCuts | None, aer: AerReconciler | None
+                    ) -> Callable[[list[FaultEvent]], list[FaultEvent]] | None:
+    """What sees the kernel-log events counted: the flash-cut detector (its derived events are
+    returned and journaled) and the AER reconciler (notes the ``pcie_aer`` records)."""
+    if flash is None and aer is None:
+        return None
+
+    def observe(events: list[FaultEvent]) -> list[FaultEvent]:
+        if aer is not None:
+            aer.observe_kernel(events)
+        return flash.observe_events(events) if flash is not None else []
+
+    return observe
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -288,11 +309,13 @@ def run(args: argparse.Namespace) -> int:
     counters.load_json(saved.counters)
     detector = load_detector(cfg.flash_cut_max_seconds)
     flash = FlashCuts(detector, counters, host=host) if detector is not None else None
-    agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host,
-                  observer=flash.observe_events if flash is not None else None)
+    # The pcie collector's sysfs AER rises and the kernel log's AER records: one event per error.
+    aer = AerReconciler(window_s=cfg.poll_interval_seconds + AER_SLACK_S) if cfg.enabled(AER_COLLECTOR) else None
+    agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host, observer=kernel_observer(flash, aer))
     collectors = build_collectors([c for c in cfg.enabled_collectors if c != ex.KERNEL_LOG], cfg.sysfs, host)
+    sink: EventSink | None = None
     if collectors:
-        sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host)
+        sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host, aer=aer)
         agent.poller = Poller(collectors, counters, sink, interval=cfg.poll_interval_seconds,
                               timeout=cfg.collector_timeout_seconds)
     # validate.json is exported whoever writes it: this agent's schedule, the validate timer,
@@ -359,6 +382,8 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
         if agent.poller is not None:
             agent.poller.stop()
+        if sink is not None:
+            sink.flush()  # AER rises still waiting for their kernel-log record
         if agent.scheduler is not None:
             agent.scheduler.stop()
         agent.close()

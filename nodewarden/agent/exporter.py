@@ -17,14 +17,58 @@ series                                                       type     P      mea
 ``edac_logged_errors_total{controller,dimm,type}``           counter  yes    EDAC ``N CE``/``N UE`` lines of the kernel log (and
                                                                              ``Deferred``/``Fatal``): adds N. ``controller``
                                                                              ``mc<N>``, ``dimm`` the EDAC label, ``type``
-                                                                             ``corrected``/``uncorrected``. What the log said: the
-                                                                             authoritative counts are the sysfs EDAC collector's
+                                                                             ``corrected``/``uncorrected``/``deferred`` (AMD
+                                                                             deferred errors). Also a memory error seen without an
+                                                                             EDAC line: a GHES/CPER memory-error section
+                                                                             (``via=ghes``) or an AMD MCA decode of a UMC bank
+                                                                             (``via=mca``), ``controller`` ``""`` (no memory
+                                                                             controller named), ``dimm`` its label or ``""``; one
+                                                                             error printed both ways is one event (the parser folds
+                                                                             them). What the log said: the authoritative counts are
+                                                                             the sysfs EDAC collector's
                                                                              ``edac_correctable_errors_total`` and
                                                                              ``edac_uncorrectable_errors_total`` (the kernel
                                                                              rate-limits its log; a full ring buffer drops lines).
 ``mce_events_total{type}``                                   counter  yes    one per machine-check record; ``type``
                                                                              ``corrected``/``uncorrected`` (MCi_STATUS.UC, or the
-                                                                             ``Machine Check Exception`` form).
+                                                                             ``Machine Check Exception`` form), ``deferred`` (AMD
+                                                                             MCA status flag Deferred).
+``nvswitch_sxid_errors_total{switch,pci_bus_id,sxid,severity}``  counter  yes  one per NVSwitch SXid error (``nvidia-nvswitchN:
+                                                                             SXid (PCI:...): CODE, ...``, its ``Data``/description/
+                                                                             ``Severity`` lines folded into one). ``switch`` as
+                                                                             printed (``nvidia-nvswitch3``), ``pci_bus_id`` the
+                                                                             switch's, ``severity`` ``fatal``/``non_fatal`` (from
+                                                                             the text, else the SXid catalog) or ``unknown``.
+``pcie_aer_logged_errors_total{pci_bus_id,severity}``        counter  yes    one per PCIe AER error record of the kernel log (the AER
+                                                                             driver's ``PCIe Bus Error`` record with its lines, or a
+                                                                             firmware-first GHES ``PCIe error`` section);
+                                                                             ``pci_bus_id`` the device the error is about (the
+                                                                             ``PCIe Bus Error`` line's), ``severity``
+                                                                             ``corrected``/``non_fatal``/``fatal``. The kernel
+                                                                             counts every record in sysfs and rate-limits its log:
+                                                                             the pcie collector's ``pcie_aer_errors_total`` (per
+                                                                             error bit) is authoritative.
+``pcie_aer_recovery_events_total{pci_bus_id,outcome}``       counter  yes    AER recovery lines: ``outcome``
+                                                                             ``no_error_detected_callback`` (``can't recover``),
+                                                                             ``recovery_failed``, ``recovered``, ``link_reset``.
+``gpu_lost_precursor_events_total{gpu,pci_bus_id,reason}``   counter  yes    events that come before a GPU falls off the bus (Xid
+                                                                             79), Xid or not: ``reason`` ``fatal_aer`` /
+                                                                             ``non_fatal_aer`` (an uncorrected AER record on an
+                                                                             NVIDIA function, or one the nvidia driver could not
+                                                                             recover from: ``pci_bus_id`` that GPU,
+                                                                             :func:`precursor_gpu`), ``aer_no_error_detected_callback``
+                                                                             (``nvidia <bdf>: AER: can't recover``: the driver has
+                                                                             no AER handler), ``aer_recovery_failed``.
+``gpu_reset_required_events_total{gpu,pci_bus_id,action}``   counter  yes    the driver says a GPU must be reset or the node
+                                                                             rebooted: an NVRM assertion with
+                                                                             ``[NV_ERR_RESET_REQUIRED]`` (``action`` ``gpu_reset``;
+                                                                             ``gpu``/``pci_bus_id`` ``""`` when the line names no
+                                                                             GPU), an Xid 154 whose new recovery action is not
+                                                                             ``none`` (``action`` that action: ``gpu_reset``,
+                                                                             ``node_reboot``, ``drain_p2p``, ``drain_and_reset``...;
+                                                                             the Xid counts in ``gpu_xid_errors_total`` too). NVML's
+                                                                             current action is the nvml collector's gauge
+                                                                             ``gpu_recovery_action{gpu,action}``.
 ``ib_link_events_total{device,port,state}``                  counter  yes    IB core ``<rdma dev>: Port: P Link <STATE>`` lines;
                                                                              ``state`` as printed (DOWN, ACTIVE, INIT, ARMED,
                                                                              ACTIVE_DEFER).
@@ -39,7 +83,10 @@ series                                                       type     P      mea
                                                                              without a series of their own: ``net_link_down``,
                                                                              ``nic_module_event``, ``unparsed``...). The series
                                                                              above count kernel-log events only; ``collector``
-                                                                             ``flash_cut`` holds the detector's own events.
+                                                                             ``flash_cut`` holds the detector's own events;
+                                                                             ``collector="pcie",kind="pcie_aer"`` the AER records
+                                                                             sysfs counted and the kernel log did not print
+                                                                             (:mod:`nodewarden.agent.aer`: one error, one event).
 ``collector_unparsed_lines_total{collector}``                counter  yes    fault-looking records the parsers could not read
                                                                              (kept raw in the journal).
 ``collector_kmsg_overruns_total``                            counter  yes    times the reader fell behind the ring buffer
@@ -97,7 +144,13 @@ exports itself, a name given with two types, or a series (name and label set) gi
 logged once and dropped, so that the output never holds the same series twice.
 
 Cardinality is bounded by the hardware: GPUs x Xid codes seen, DIMMs, IB ports, event kinds,
-validator checks and their measurements.
+validator checks and their measurements. Per node, for the kernel-log fault kinds of issue 11:
+SXid, NVSwitches (4 on an HGX H100/H200 board) x SXid codes seen x 3 severities (one in practice:
+a code has one severity); AER logged, PCI functions that reported an error x 3 severities
+(root ports and endpoints: a few dozen on an 8-GPU node); AER recovery, those functions x 4
+outcomes (+ ``other``); GPU-lost precursors and reset-required, GPUs x 4 reasons / x 5 actions
+(+ ``unknown``), plus one ``gpu=""``/``pci_bus_id=""`` series for reset-required lines that
+name no GPU.
 
 The exporter follows prometheus/client_python's custom-collector pattern: no global metric
 objects; :class:`Counters` holds plain numbers under a lock, and :class:`AgentCollector` yields
@@ -121,6 +174,7 @@ from nodewarden import __version__
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Sample
 from nodewarden.events import FaultEvent
+from nodewarden.parsing import xid as xid_parser
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +201,23 @@ EDAC_LOGGED = Family(PREFIX + "edac_logged_errors_total", "counter",
                      ("controller", "dimm", "type"))
 MCE = Family(PREFIX + "mce_events_total", "counter",
              "Machine-check records in the kernel log, by severity.", ("type",))
+SXID = Family(PREFIX + "nvswitch_sxid_errors_total", "counter",
+              "NVSwitch SXid errors reported in the kernel log (one per error, its lines folded).",
+              ("switch", "pci_bus_id", "sxid", "severity"))
+AER_LOGGED = Family(PREFIX + "pcie_aer_logged_errors_total", "counter",
+                    "PCIe AER error records in the kernel log (AER driver or firmware-first GHES), by the device "
+                    "the error is about; the sysfs pcie_aer_errors_total counters are authoritative.",
+                    ("pci_bus_id", "severity"))
+AER_RECOVERY = Family(PREFIX + "pcie_aer_recovery_events_total", "counter",
+                      "PCIe AER recovery outcomes reported in the kernel log.", ("pci_bus_id", "outcome"))
+GPU_LOST_PRECURSOR = Family(PREFIX + "gpu_lost_precursor_events_total", "counter",
+                            "Kernel-log events that precede a GPU falling off the bus: an uncorrected AER error on "
+                            "an NVIDIA function, the nvidia driver unable to recover from one.",
+                            ("gpu", "pci_bus_id", "reason"))
+GPU_RESET_REQUIRED = Family(PREFIX + "gpu_reset_required_events_total", "counter",
+                            "Kernel-log reports that a GPU needs a reset or the node a reboot (NV_ERR_RESET_REQUIRED "
+                            "assertions, Xid 154 to an action other than none), by action.",
+                            ("gpu", "pci_bus_id", "action"))
 IB_LINK = Family(PREFIX + "ib_link_events_total", "counter",
                  "InfiniBand port state changes reported in the kernel log.", ("device", "port", "state"))
 FLASH_CUTS = Family(PREFIX + "ib_flash_cuts_total", "counter",
@@ -200,7 +271,8 @@ VAL_NEXT = Family(PREFIX + "validator_next_run_timestamp_seconds", "gauge",
                   "When the next scheduled validator run is due or retried (Unix time).", (), persist=False)
 BUILD_INFO = Family(PREFIX + "build_info", "gauge", "nodewarden version; always 1.", ("version",), persist=False)
 
-FAMILIES: tuple[Family, ...] = (XID, EDAC_LOGGED, MCE, IB_LINK, FLASH_CUTS, OUTAGES, EVENTS, UNPARSED, OVERRUNS,
+FAMILIES: tuple[Family, ...] = (XID, EDAC_LOGGED, MCE, SXID, AER_LOGGED, AER_RECOVERY, GPU_LOST_PRECURSOR,
+                                GPU_RESET_REQUIRED, IB_LINK, FLASH_CUTS, OUTAGES, EVENTS, UNPARSED, OVERRUNS,
                                 LOST, INJECTED, STATE_ERRORS, JOURNAL_BYTES, JOURNAL_DROPPED, SUCCESS, DURATION, LAST_SUCCESS,
                                 VAL_STATUS, VAL_VALUE, VAL_THRESHOLD, VAL_LAST_RUN, VAL_EXIT, VAL_ATTEMPT, VAL_NEXT, BUILD_INFO)
 BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
@@ -254,25 +326,119 @@ def increments(event: FaultEvent, gpu_of: Callable[[str | None], str], collector
 
     Events of the polled collectors count in ``collector_events_total`` only: their hardware
     counters are exported as samples, and an Xid or a link change that NVML or sysfs also
-    reports must not be counted twice in the kernel-log series."""
+    reports must not be counted twice in the kernel-log series (a ``pcie_aer`` event of the
+    pcie collector is one the kernel log did not print: :mod:`nodewarden.agent.aer`).
+
+    Label values are bounded: a severity, type, outcome or action outside its set becomes
+    ``unknown`` (``other`` for an AER recovery outcome), a code that is not an int leaves the
+    event out of its series (it still counts in ``collector_events_total``)."""
     out: list[Increment] = [(EVENTS, (collector, event.kind), 1.0)]
     if collector != KERNEL_LOG:
         return out
     a = event.attrs
-    if event.kind == ev.XID and event.code is not None:
+    kind = event.kind
+    if kind == ev.XID and event.code is not None:
         pci = event.pci_bus_id or ""
+        gpu = gpu_of(pci) if pci else ""
         category = event.category or _group(event.code)
-        out.append((XID, (gpu_of(pci) if pci else "", pci, str(event.code), category), 1.0))
-    elif event.kind == ev.CPU_ECC and "mc" in a:
-        kind = "uncorrected" if a.get("type") == "uncorrected" else "corrected"
-        out.append((EDAC_LOGGED, (f"mc{a['mc']}", str(a.get("label", "")), kind), float(a.get("count", 1))))
-    elif event.kind == ev.MCE:
+        out.append((XID, (gpu, pci, str(event.code), category), 1.0))
+        action = recovery_action(a) if event.code == 154 else None
+        if action is not None and action != "none":
+            out.append((GPU_RESET_REQUIRED, (gpu, pci, action), 1.0))
+    elif kind == ev.CPU_ECC and ("mc" in a or a.get("via") in ("ghes", "mca")):
+        typ = _one_of(a.get("type"), ECC_TYPES, "corrected")
+        mc = a.get("mc")
+        controller = f"mc{mc}" if mc is not None and mc != "" else ""  # ghes/mca without an EDAC line: none
+        out.append((EDAC_LOGGED, (controller, str(a.get("label") or ""), typ), _count(a.get("count"))))
+    elif kind == ev.MCE:
         out.append((MCE, (str(a.get("type") or event.category or "corrected"),), 1.0))
-    elif event.kind in (ev.IB_LINK_DOWN, ev.IB_LINK_UP, ev.IB_PORT_STATE) and "rdma_device" in a:
+    elif kind == ev.SXID:
+        code = a.get("sxid", event.code)
+        if _is_int(code):
+            severity = _one_of(a.get("severity"), SXID_SEVERITIES, "unknown")
+            pci = event.pci_bus_id or event.device or ""
+            out.append((SXID, (str(a.get("switch") or ""), pci, str(code), severity), 1.0))
+    elif kind == ev.PCIE_AER:
+        pci = event.device or event.pci_bus_id or ""
+        severity = _one_of(a.get("severity"), AER_SEVERITIES, "unknown")
+        out.append((AER_LOGGED, (pci, severity), 1.0))
+        if event.category == PRECURSOR and severity in ("fatal", "non_fatal"):
+            gpu_pci = precursor_gpu(event, gpu_of)
+            out.append((GPU_LOST_PRECURSOR, (gpu_of(gpu_pci) if gpu_pci else "", gpu_pci,
+                                             "fatal_aer" if severity == "fatal" else "non_fatal_aer"), 1.0))
+    elif kind == ev.PCIE_AER_RECOVERY:
+        pci = event.device or event.pci_bus_id or ""
+        outcome = _one_of(a.get("outcome"), AER_OUTCOMES, "other")
+        out.append((AER_RECOVERY, (pci, outcome), 1.0))
+        if event.category == PRECURSOR and outcome in PRECURSOR_OUTCOMES:
+            out.append((GPU_LOST_PRECURSOR, (gpu_of(pci) if pci else "", pci, PRECURSOR_OUTCOMES[outcome]), 1.0))
+    elif kind == ev.GPU_RESET_REQUIRED:
+        pci = event.pci_bus_id or ""
+        action = recovery_action(a, key="action") or "unknown"
+        if action != "none":
+            out.append((GPU_RESET_REQUIRED, (gpu_of(pci) if pci else "", pci, action), 1.0))
+    elif kind in (ev.IB_LINK_DOWN, ev.IB_LINK_UP, ev.IB_PORT_STATE) and "rdma_device" in a:
         out.append((IB_LINK, (str(a["rdma_device"]), str(a.get("port", "")), str(a.get("state", ""))), 1.0))
-    elif event.kind == ev.UNPARSED:
+    elif kind == ev.UNPARSED:
         out.append((UNPARSED, (collector,), 1.0))
     return out
+
+
+# Label value sets of the kernel-log series (the event shapes of nodewarden.events' kinds).
+ECC_TYPES = ("corrected", "uncorrected", "deferred")
+SXID_SEVERITIES = ("fatal", "non_fatal", "unknown")
+AER_SEVERITIES = ("corrected", "non_fatal", "fatal")
+AER_OUTCOMES = ("no_error_detected_callback", "recovery_failed", "recovered", "link_reset")
+PRECURSOR = "gpu_lost_precursor"  # the category of an AER event that precedes a lost GPU
+PRECURSOR_OUTCOMES = {"no_error_detected_callback": "aer_no_error_detected_callback",
+                      "recovery_failed": "aer_recovery_failed"}
+# The driver's and NVML's recovery-action numbers (the values Xid 154 prints, "to 0x4 (Drain and
+# Reset)"): the fallback when an event carries the number only.
+RECOVERY_ACTIONS = xid_parser.RECOVERY_ACTIONS
+_ACTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+
+
+def recovery_action(attrs: Mapping[str, Any], key: str = "recovery_action") -> str | None:
+    """The recovery action an event names: ``attrs[key]`` when it is a snake_case name (the
+    parser's decoded ``to`` action of an Xid 154, the ``action`` of a ``gpu_reset_required``
+    event), else the name of the number in ``recovery_to`` (``unknown`` for a number NVML's
+    table lacks); None when there is neither."""
+    name = attrs.get(key)
+    if isinstance(name, str) and _ACTION_NAME.match(name):
+        return name
+    to = attrs.get("recovery_to")
+    if _is_int(to):
+        return RECOVERY_ACTIONS.get(to, "unknown")
+    return "unknown" if name is not None else None
+
+
+def precursor_gpu(event: FaultEvent, gpu_of: Callable[[str | None], str]) -> str:
+    """The PCI bus id of the GPU an uncorrected AER record is a precursor of: the device the
+    error is about when it is the GPU (driver ``nvidia`` or vendor 0x10de), else the first of
+    the functions that could not recover (``affected_devices``) that the NVIDIA driver knows
+    (a device minor in procfs), else the first of them, else the device itself."""
+    a = event.attrs
+    pci = event.device or event.pci_bus_id or ""
+    if a.get("driver") == "nvidia" or a.get("vendor_id") == 0x10DE:
+        return pci
+    affected = [str(d) for d in (a.get("affected_devices") or ()) if d]
+    for d in affected:
+        if gpu_of(d):
+            return d
+    return affected[0] if affected else pci
+
+
+def _one_of(value: Any, allowed: tuple[str, ...], default: str) -> str:
+    return value if isinstance(value, str) and value in allowed else default
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _count(v: Any) -> float:
+    """An EDAC error count: a non-negative int, 1 when absent or not one."""
+    return float(v) if _is_int(v) and v >= 0 else 1.0
 
 
 def _group(code: int) -> str:

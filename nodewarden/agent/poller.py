@@ -26,6 +26,10 @@ detector (:class:`FlashCuts`): kernel-log and sysfs IB/net link events through
 ``nodewarden_ib_flash_cuts_total`` / ``nodewarden_ib_link_outages_total``, persisted in
 ``state.json`` like the other counters.
 
+The pcie collector's ``pcie_aer`` events (a rise of a function's sysfs AER record count) go
+through the AER reconciler (:mod:`nodewarden.agent.aer`) first: counted only for the records
+the kernel log did not print, once their wait for it is over.
+
 Restart semantics of polled events: they are journaled, then counted and saved with
 ``state.json`` (under the agent's state lock). A crash between the two leaves an event in the
 journal that the restarted counters lack; the collectors' own counter samples (``link_downed``,
@@ -44,6 +48,8 @@ from typing import Any, Callable, Iterable, Protocol, Sequence
 
 from nodewarden import events as ev
 from nodewarden.agent import exporter as ex
+from nodewarden.agent.aer import COLLECTOR as AER_COLLECTOR
+from nodewarden.agent.aer import AerReconciler
 from nodewarden.agent.exporter import Counters, PolledSample
 from nodewarden.agent.state import StateStore
 from nodewarden.collectors.base import Collector, Snapshot
@@ -179,11 +185,14 @@ class EventSink:
     (``state.json``), all under ``lock`` (the agent's state lock, shared with the follower).
 
     An event without a host gets ``host``; one without a time, now (a copy: the collector's
-    object is not changed)."""
+    object is not changed). ``aer``: the pcie collector's ``pcie_aer`` events go through it
+    (:class:`nodewarden.agent.aer.AerReconciler`: only records the kernel log did not print
+    are counted, once their wait is over; None: all are, at once)."""
 
     def __init__(self, counters: Counters, store: StateStore, *, lock: threading.RLock,
                  save: Callable[[], bool], flash: FlashCuts | None = None, host: str | None = None,
-                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)) -> None:
+                 clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
+                 aer: AerReconciler | None = None) -> None:
         self.counters = counters
         self.store = store
         self.lock = lock
@@ -191,15 +200,21 @@ class EventSink:
         self.flash = flash
         self.host = host
         self.clock = clock
+        self.aer = aer
 
     def take(self, collector: str, events: Sequence[FaultEvent], ports: Sequence[Any] | None = None) -> int:
         """Count and journal ``events`` of ``collector`` and show ``ports`` (the InfiniBand
         collector's, when given) to the detector. Returns events counted (derived ones included)."""
-        if not events and (ports is None or self.flash is None):
+        if not events and (ports is None or self.flash is None) and (
+                self.aer is None or collector != AER_COLLECTOR or not self.aer.pending()):
             return 0
         now = self.clock()
         events = [e if e.host is not None and e.time is not None
                   else dataclasses.replace(e, host=e.host or self.host, time=e.time or now) for e in events]
+        if self.aer is not None and collector == AER_COLLECTOR:
+            events = self.aer.from_sysfs(events)
+            if not events and (ports is None or self.flash is None):
+                return 0
         with self.lock:
             for e in events:
                 self.counters.add_all(ex.increments(e, lambda _pci: "", collector))
@@ -213,6 +228,20 @@ class EventSink:
                 self.store.journal(written)
                 self.save()
         return len(events) + len(derived)
+
+    def flush(self) -> int:
+        """Count and journal the pcie collector's AER candidates still waiting (at stop)."""
+        if self.aer is None:
+            return 0
+        events = self.aer.flush()
+        if not events:
+            return 0
+        with self.lock:
+            for e in events:
+                self.counters.add_all(ex.increments(e, lambda _pci: "", AER_COLLECTOR))
+            self.store.journal(events)
+            self.save()
+        return len(events)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,14 +6,17 @@ the group with its size, mtime_ns and parse counts (files without events include
 size or mtime changed is re-parsed, and so is one modified within RACY_NS of being parsed (it may
 have changed again within the file system's timestamp granularity); the others come from the
 cache. The cache file's name is a hash of the group's directory, its first file (absolute and as
-given, which events carry), the nodewarden version and the parse options (time zone, boot time),
-so a change of any of them never reads stale events. A cache file that cannot be
+given, which events carry), the nodewarden version, a digest of the parsers' code and data
+(:func:`parser_digest`: a parser changed without a version change, as in a source checkout or a
+patched install) and the parse options (time zone, boot time), so a change of any of them never
+reads stale events. A cache file that cannot be
 read is ignored and written again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -31,6 +34,26 @@ RACY_NS = 100_000_000
 
 _STR_COLUMNS = ("kind", "time", "time_kind", "raw_time", "host", "source", "device", "category",
                 "pci_bus_id", "process", "message", "attrs", "raw")
+
+
+# The code and data that decide which events a log gives: the parsers, the event record, the catalogs.
+_PARSER_FILES = (("parsing", "*.py"), ("catalog", "*.py"), ("catalog", "*.csv"), ("catalog", "*.toml"), ("", "events.py"))
+
+
+@functools.lru_cache(maxsize=1)
+def parser_digest() -> str:
+    """SHA-256 (hex, 16 characters) of the package's parser sources and catalog data
+    (:data:`_PARSER_FILES`), read once per process; ``""`` when the package is not on a file
+    system (a zip import): the version alone names the cache then."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    try:
+        for sub, pattern in _PARSER_FILES:
+            for f in sorted((root / sub).glob(pattern)):
+                h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    except OSError:
+        return ""
+    return h.hexdigest()[:16]
 
 
 def default_dir() -> Path:
@@ -96,7 +119,7 @@ class EventCache:
     def __init__(self, directory: str | os.PathLike[str], tz: str | None = None,
                  boot_time: dt.datetime | None = None) -> None:
         self.directory = Path(directory)
-        self.options = json.dumps({"version": __version__, "format": FORMAT, "tz": tz,
+        self.options = json.dumps({"version": __version__, "parsers": parser_digest(), "format": FORMAT, "tz": tz,
                                    "boot_time": iso_utc(boot_time) if boot_time is not None else None},
                                   sort_keys=True)
 

@@ -5,7 +5,10 @@ Files written into the output directory (each table as ``NAME.md`` and ``NAME.cs
 ``table5_xid_groups``, ``table6_xid_counts``, ``table7_memory_network_monthly``,
 ``table8_ib_flash_cuts_daily``, ``repeat_offenders_nodes``, ``repeat_offenders_gpus``,
 ``repeat_offenders_ib_ports``, ``mtbf_fleet``, ``mtbf_per_node``, ``co_occurrence``,
-``events_by_kind``, ``ib_flash_cuts`` (every cut), ``discrepancies``; with ``--paper-tables``
+``events_by_kind``, ``ib_flash_cuts`` (every cut), the tables beyond the paper
+(``beyond_paper_monthly``, ``pcie_aer_by_severity``, ``pcie_aer_by_device``, ``sxid_by_switch``,
+``gpu_reset_required``, ``ib_link_outages``; see :mod:`nodewarden.analysis.tables`; written, as
+"(none)", when the fleet has none of a kind), ``discrepancies``; with ``--paper-tables``
 also ``paper_diff_table6``/``7``/``8`` (cells that differ from the paper's printed tables); the
 PNG figures of :mod:`nodewarden.analysis.figures`; ``report.md``; ``report.html``.
 """
@@ -82,6 +85,8 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
     """All tables of the report and the discrepancy messages. Flash cuts are derived from all of
     ``df``, then, like every other event, kept when they begin in [``since``, ``until``)."""
     cuts = tables.flash_cuts(df)
+    df_all = df
+    lo = hi = None
     if since is not None or until is not None:
         lo = pd.Timestamp(since) if since is not None else None
         hi = pd.Timestamp(until) if until is not None else None
@@ -96,6 +101,14 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
     per_node = fstats.mtbf_per_node(df, cuts, since=since, until=until)
     co = fstats.co_occurrence(df, cuts, window=window)
     kinds = tables.kind_counts(df)
+    outages = tables.ib_link_outages(df_all)
+    if since is not None or until is not None:
+        outages = outages[_within(outages["down"], lo, hi)].reset_index(drop=True)
+    beyond = tables.beyond_paper_monthly(df)
+    aer_sev = tables.pcie_aer_by_severity(df)
+    aer_dev = tables.pcie_aer_by_device(df)
+    sxid = tables.sxid_by_switch(df)
+    resets = tables.gpu_reset_required(df)
 
     t5_shown = t5.copy()
     t5_shown["percentage"] = t5_shown["percentage"].map(lambda v: f"{v:.2f}%")
@@ -121,6 +134,23 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
                    "once per label."),
         Table("events_by_kind", "Events by kind", kinds, kinds),
         Table("ib_flash_cuts", "IB flash cuts (every cut)", cuts, _fmt_floats(cuts, 3), printed=False),
+        Table("ib_link_outages", "IB link outages (down longer than the 60 s flash-cut limit)", outages,
+              _fmt_floats(outages, 3), printed=False,
+              note="An empty up and duration: the port was still down when the logs end."),
+        Table("beyond_paper_monthly",
+              "Beyond the paper - monthly PCIe AER records, NVSwitch SXids, reset-required GPUs and GPU-lost "
+              "precursors", beyond, beyond,
+              note="Kinds the paper does not count, kept out of Tables V-VIII. gpu_lost_precursor: uncorrected "
+                   "AER records on an NVIDIA function, and NVIDIA functions the AER driver could not recover "
+                   "without such a record; they are also in the pcie_aer columns. gpu_reset_required: NVRM "
+                   "NV_ERR_RESET_REQUIRED assertions, NVML reset-required reports and Xid 154 changes to an "
+                   "action other than none."),
+        Table("pcie_aer_by_severity", "PCIe AER records by severity", aer_sev, aer_sev),
+        Table("pcie_aer_by_device", "PCIe AER records by device", aer_dev, aer_dev, printed=False,
+              note="first_errors: the error bits marked (First), with how many records named each."),
+        Table("sxid_by_switch", "NVSwitch SXid errors by switch and code", sxid, sxid),
+        Table("gpu_reset_required", "GPUs the driver says must be reset (or the node rebooted)", resets, resets,
+              note="An empty pci_bus_id: the driver's assertion names no GPU."),
     ]
     disc = tables.flash_cut_discrepancies(t7, t8) + journal_log_discrepancies(df, cuts)
     if paper_dir is not None:

@@ -20,6 +20,17 @@ a rotation point, so no record is mistaken for a copy of another across files.
 The rates come from a TOML file (``fleet_default.toml``: the Fire-Flyer 2 paper's Tables VI, VII
 and VIII; see its comments). The schedule is drawn over the file's whole span and then cut to the
 requested window, so a window returns exactly the part of the tables that falls inside it.
+
+Kinds beyond the paper (issue 11) are off unless the rates file's ``[beyond_paper]`` table gives
+them a count over the span (:data:`BEYOND_KINDS`; an Xid 154 is a ``[xid_year]`` "154" count).
+Each fault is a group of lines in the driver's or kernel's own format (the shapes of the real
+cases S-001, S-101, P-101, W-101, X-040, E-101 and of the kernel's format strings), parsed by the
+real parsers: one ground-truth row per event the group must give (an AER group: its record and
+each recovery line), with the extra columns of :data:`EXTRA_TRUTH_FIELDS` (written only when a
+row fills one, so the paper-default ground truth keeps its columns). ``[chains]`` may lead an
+Xid with one of these kinds (``"pcie_aer_fatal_gpu>79"``, ``"sxid_fatal>74"``): the group is
+printed 5-60 ms before the Xid, on the same host (and, for the AER, the same GPU).
+With none of them the schedule draws exactly what it drew before they existed.
 """
 
 from __future__ import annotations
@@ -41,6 +52,11 @@ DAY_US = 86_400 * US
 
 TRUTH_FIELDS = ("time", "host", "kind", "xid", "device", "port", "down_time", "up_time",
                 "fault_id", "table_source", "line_format", "after_fault_id")
+# Columns of the kinds beyond the paper, after TRUTH_FIELDS, written only when a row fills one:
+#   code (SXid), severity (sxid/pcie_aer/cpu_ecc), category (the event's category: severity,
+#   gpu_lost_precursor, a recovery outcome), switch (nvidia-nvswitchN), action (reset-required
+#   action; an Xid 154's new action), first_error (the AER bit marked "(First)").
+EXTRA_TRUTH_FIELDS = ("code", "severity", "category", "switch", "action", "first_error")
 # A chained fault's head is printed this long before the fault it leads (real cascades: the DBE,
 # row-remap and contained-error lines of one GPU within 170 ms, real_log_cases X-018, X-019).
 CHAIN_LEAD_US = (5_000, 60_000)
@@ -75,11 +91,104 @@ XID_TEMPLATES: dict[int, tuple[str, ...]] = {
     79: ("NVRM: Xid (PCI:0000:{b}:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",),
     119: ("NVRM: Xid (PCI:0000:{b}:00): 119, pid={p}, name=nvidia-smi, Timeout after 6s of waiting for RPC response from GPU{g} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20801348 0x410).",),
 }
+# Xid 154 (real_log_cases X-040; NVIDIA's Xid catalog): "GPU recovery action changed from 0xF (F)
+# to 0xT (T)", the actions of NVML's nvmlDeviceGpuRecoveryAction_t as the driver names them.
+XID_154 = "NVRM: Xid (PCI:0000:{b}:00): 154, GPU recovery action changed from 0x{f:x} ({fn}) to 0x{t:x} ({tn})"
+RECOVERY_ACTIONS = ((0, "None", "none"), (1, "GPU Reset Required", "gpu_reset"),
+                    (2, "Node Reboot Required", "node_reboot"), (3, "Drain P2P", "drain_p2p"),
+                    (4, "Drain and Reset", "drain_and_reset"))
 GENERIC_XID = "NVRM: Xid (PCI:0000:{b}:00): {code}, pid='<unknown>', name=<unknown>, Ch 000000{ch:02x}"
 
 EDAC_CE = ("EDAC MC{mc}: 1 CE memory read error on CPU_SrcID#{s}_Ha#0_Chan#{c}_DIMM#{d} (channel:{c} slot:{d} "
            "page:0x{page:x} offset:0x{off:x} grain:32 syndrome:0x0 -  area:DRAM err_code:0001:009{c} socket:{s} "
            "ha:0 channel_mask:{mask} rank:{rank})")
+
+# ---- kinds beyond the paper (issue 11): line shapes ------------------------------------------
+
+# [beyond_paper] keys, in the order they are drawn (a count each over the rates file's span).
+BEYOND_KINDS = ("sxid_non_fatal", "sxid_fatal", "sxid_data_only", "pcie_aer_corrected", "pcie_aer_non_fatal",
+                "pcie_aer_fatal_gpu", "gpu_reset_required", "amd_mca_edac", "ghes_memory")
+# How long each group's lines take (its last line's offset), so that a chained Xid comes after it.
+BEYOND_SPAN_US = {"pcie_aer_fatal_gpu": 1_100_000}
+
+# NVSwitch SXid (real_log_cases S-001, S-101; open-gpu-kernel-modules src/common/nvswitch:
+# NVSWITCH_PRINT_SXID prints "nvidia-nvswitchN: SXid (PCI:<bdf>): <code>, " before each of an
+# error's lines: the "Data {...}" record (NVSWITCH_LOG_*_DATA), the description of
+# NVSWITCH_REPORT_NONFATAL / NVSWITCH_REPORT_FATAL ("Non-fatal, Link %02d %s%s", "Fatal, Link %02d
+# %s%s", kernel/inc/intr_nvswitch.h) and "Severity %d Engine instance %02d Sub-engine instance %02d").
+NVSWITCHES = (("nvidia-nvswitch0", "0000:05:00.0"), ("nvidia-nvswitch1", "0000:84:00.0"),
+              ("nvidia-nvswitch2", "0000:85:00.0"), ("nvidia-nvswitch3", "0000:04:00.0"))
+SXID_HEAD = "{sw}: SXid (PCI:{pci}): {code}, "
+# (SXid, description as the driver's interrupt handlers print it; ls10/lr10 intr_*.c, the codes
+# of ctrl_dev_nvswitch.h NVSWITCH_ERR_HW_*; 22013 as printed in S-001)
+SXID_NON_FATAL = ((12028, "egress non-posted PRIV error"), (12029, "egress non-posted HW error"),
+                  (12021, "egress input ECC error limit"), (14007, "TS tag store single-bit threshold"),
+                  (22013, "Minion Link DLREQ interrupt"))
+SXID_FATAL = ((14008, "TS tag store fatal ECC"), (14010, "TS crumbstore fatal ECC"), (14017, "TS ATO timeout"),
+              (14001, "TS pointer crossover"))
+# Printed with only their Data line (S-101): the severity comes from the SXid catalog, where
+# NVIDIA's Fabric Manager guide lists 12028 and 12021 as non-fatal (S-002: "non-fatal error 12028").
+SXID_DATA_ONLY = ((12028, "non_fatal"), (12021, "non_fatal"))
+
+# PCIe AER (real_log_cases P-101; drivers/pci/pcie/aer.c aer_print_port_info "%s%s error received:
+# %04x:%02x:%02x.%d", aer_print_error "PCIe Bus Error: severity=%s, type=%s, (%s)" and "  device
+# [%04x:%04x] error status/mask=%08x/%08x", __aer_print_error "   [%2d] %-22s%s" with " (First)",
+# __print_tlp_header "  TLP Header: ..."; drivers/pci/pcie/err.c "can't recover (no error_detected
+# callback)", "device recovery successful", "device recovery failed"; aer_root_reset "Root Port link
+# has been reset (%d)"). The AER driver's messages carry its "AER: " prefix (dev_fmt); the record's
+# lines printed with pci_printk do not.
+AER_RECEIVED = "{drv} {port}: AER: {multi}{sev} error received: {src}"
+AER_BUS_ERROR = "{drv} {dev}: PCIe Bus Error: severity={sev}, type={layer}, ({agent})"
+AER_DEVICE = "{drv} {dev}:   device [{vendor}] error status/mask={status:08x}/{mask:08x}"
+AER_BIT = "{drv} {dev}:    [{bit:2d}] {name:<22}{first}"
+AER_TLP = "{drv} {dev}: AER:   TLP Header: {tlp}"
+AER_CANT_RECOVER = "{drv} {dev}: AER: can't recover (no error_detected callback)"
+AER_FAILED = "pcieport {port}: AER: device recovery failed"
+AER_RECOVERED = "pcieport {port}: AER: device recovery successful"
+AER_LINK_RESET = "pcieport {port}: AER: Root Port link has been reset ({rc})"
+ROOT_PORT_ID = "8086:6f08"  # P-101's root port
+NIC_BUSES = ("17", "31", "a9", "cb")  # ConnectX NICs beside the GPUs (mlx5_core, [15b3:1021])
+
+# NVRM assertion carrying the reset-required status (real_log_cases W-101; the location differs
+# across driver builds: kernel_channel.c:2827 there, 2874 in another build).
+RESET_REQUIRED = ("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] "
+                  "(0x00000062) returned from status @ kernel_channel.c:{line}")
+
+# AMD MCA decode and its EDAC line (real_log_cases E-101; drivers/edac/mce_amd.c decode_smca_error
+# / amd_decode_mce, drivers/edac/amd64_edac.c): one corrected DRAM error, one cpu_ecc event.
+AMD_MCA = ("[Hardware Error]: Corrected error, no action required.",
+           "[Hardware Error]: CPU:{cpu} (17:31:0) MC{bank}_STATUS[{over}|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: "
+           "0x{status:016x}",
+           "[Hardware Error]: Error Addr: 0x{addr:016x}",
+           "[Hardware Error]: IPID: 0x{ipid:016x}, Syndrome: 0x{syn:016x}",
+           "[Hardware Error]: Unified Memory Controller Ext. Error Code: 0",
+           "EDAC MC{mc}: 1 CE Cannot decode normalized address on mc#{mc}csrow#{cs}channel#{ch} (csrow:{cs} "
+           "channel:{ch} page:0x0 offset:0x0 grain:64 syndrome:0x{esyn:x})")
+# GHES firmware-first memory error: the ghes_edac line and its CPER record (drivers/edac/ghes_edac.c
+# ghes_edac_report_mem_error, drivers/firmware/efi/cper.c cper_print_mem, drivers/acpi/apei/ghes.c;
+# the shape of the real sample in a linux-edac patch by Shuai Xue (Alibaba) on ghes_edac's "APEI
+# location" text, where the EDAC line comes first), in either order (see _beyond_group).
+GHES_MEMORY = (
+    "EDAC MC{mc}: 1 CE Single-symbol ChipKill ECC on unknown memory (node:0 card:0 module:0 rank:{rank} "
+    "bank:{bank} bank_group:{bg} bank_address:{ba} row:{row} col:{col} bit_pos:0 DIMM DMI handle: 0x0000 chipID: 0 "
+    "page:0x{page:x} offset:0x{off:x} grain:1 syndrome:0x0 - APEI location: node:0 card:0 module:0 rank:{rank} "
+    "bank:{bank} bank_group:{bg} bank_address:{ba} row:{row} col:{col} bit_pos:0 DIMM DMI handle: 0x0000 chipID: 0 "
+    "status(0x0000000000000000): reserved requestorID: 0x0000000000000000 responderID: 0x0000000000000000 "
+    "targetID: 0x0000000000000000)",
+    "{{{n}}}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: {src}",
+    "{{{n}}}[Hardware Error]: It has been corrected by h/w and requires no further action",
+    "{{{n}}}[Hardware Error]: event severity: corrected",
+    "{{{n}}}[Hardware Error]:  Error 0, type: corrected",
+    "{{{n}}}[Hardware Error]:   section_type: memory error",
+    "{{{n}}}[Hardware Error]:   error_status: 0x0000000000000000",
+    "{{{n}}}[Hardware Error]:   physical_address: 0x{addr:016x}",
+    "{{{n}}}[Hardware Error]:   physical_address_mask: 0x0000000000000000",
+    "{{{n}}}[Hardware Error]:   node: 0 card: 0 module: 0 rank: {rank} bank: {bank} bank_group: {bg} bank_address: "
+    "{ba} device: 0 row: {row} column: {col} bit_position: 0 requestor_id: 0x0000000000000000 responder_id: "
+    "0x0000000000000000",
+    "{{{n}}}[Hardware Error]:   error_type: 4, single-symbol chipkill ECC",
+    "{{{n}}}[Hardware Error]:   DIMM location: not present. DMI handle: 0x0000",
+)
 
 NOISE = (
     "IPv6: ADDRCONF(NETDEV_CHANGE): ib{i}: link becomes ready",
@@ -145,7 +254,8 @@ def load_rates(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
 
 
 MAX_COUNT = 10_000_000  # faults of one kind: a hundred times the default year's largest (74: 5,521)
-_TABLES = ("fleet", "chains", "xid_year", "xid_monthly", "cpu_ecc_monthly", "ib_monthly", "ib_month_source", "ib_daily")
+_TABLES = ("fleet", "chains", "xid_year", "xid_monthly", "cpu_ecc_monthly", "ib_monthly", "ib_month_source", "ib_daily",
+           "beyond_paper")
 
 
 def check_rates(rates: dict[str, Any]) -> None:
@@ -157,7 +267,10 @@ def check_rates(rates: dict[str, Any]) -> None:
     for month, counts in rates.get("xid_monthly", {}).items():
         if not isinstance(counts, dict):
             raise ValueError(f"rates: [xid_monthly.\"{month}\"] must be a table of Xid counts")
-    for name in ("xid_year", "cpu_ecc_monthly", "ib_monthly", "ib_daily", "chains"):
+    for key in rates.get("beyond_paper", {}):
+        if key not in BEYOND_KINDS:
+            raise ValueError(f"rates: [beyond_paper] {key!r} is not one of {', '.join(BEYOND_KINDS)}")
+    for name in ("xid_year", "cpu_ecc_monthly", "ib_monthly", "ib_daily", "chains", "beyond_paper"):
         for key, n in rates.get(name, {}).items():
             if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_COUNT:
                 raise ValueError(f"rates: [{name}] {key!r} = {n!r} is not a whole number from 0 to {MAX_COUNT:,}")
@@ -304,6 +417,9 @@ def _schedule(rates: dict[str, Any], rng: random.Random) -> tuple[list[_Fault], 
                     place(int(daily[day]), a, b, "ib_flash_cut", None, "VIII")
         else:
             raise ValueError(f"ib_month_source {month!r}: {src!r} is neither 'VII' nor 'VIII'")
+    beyond = rates.get("beyond_paper", {})
+    for kind in BEYOND_KINDS:  # none by default: nothing drawn, the paper's schedule unchanged
+        place(int(beyond.get(kind, 0)), span_a, span_b, kind, None, "beyond")
     _chain(rates, faults, rng)
     faults.sort(key=lambda f: (f.t, f.kind, f.xid or 0))
     return faults, span_a, span_b
@@ -317,17 +433,24 @@ def _chain(rates: dict[str, Any], faults: list[_Fault], rng: random.Random) -> N
     for key, n in sorted(rates.get("chains", {}).items()):
         try:
             a_s, b_s = key.split(">")
-            a, b, n = int(a_s), int(b_s), int(n)
+            kind = a_s.strip() if a_s.strip() in BEYOND_KINDS else None  # a kind beyond the paper leads
+            a, b, n = (kind if kind else int(a_s)), int(b_s), int(n)
         except ValueError:
-            raise ValueError(f"chains: {key!r} = {n!r} is not \"A>B\" = count (Xid codes)") from None
-        if any(str(a) in monthly[m] for m in monthly):
+            raise ValueError(f"chains: {key!r} = {n!r} is not \"A>B\" = count (A an Xid code or a [beyond_paper] "
+                             "kind, B an Xid code)") from None
+        if kind is None and any(str(a) in monthly[m] for m in monthly):
             raise ValueError(f"chains: Xid {a} is pinned to months (xid_monthly) and cannot lead a chain")
-        heads = [f for f in faults if f.kind == "xid" and f.xid == a and f.lead is None and f.after is None]
+        if kind is None:
+            heads = [f for f in faults if f.kind == "xid" and f.xid == a and f.lead is None and f.after is None]
+        else:
+            heads = [f for f in faults if f.kind == kind and f.lead is None]
         tails = [f for f in faults if f.kind == "xid" and f.xid == b and f.after is None and f.lead is None]
         if n > len(heads) or n > len(tails):
-            raise ValueError(f"chains: {key} = {n}, but there are {len(heads)} Xid {a} and {len(tails)} Xid {b} faults")
+            name = kind or f"Xid {a}"
+            raise ValueError(f"chains: {key} = {n}, but there are {len(heads)} {name} and {len(tails)} Xid {b} faults")
+        span = BEYOND_SPAN_US.get(kind, 0) if kind else 0  # the head's lines end before the Xid
         for head, tail in zip(rng.sample(heads, n), rng.sample(tails, n)):
-            head.lead, head.lead_us, tail.after = tail, rng.randrange(*CHAIN_LEAD_US), head
+            head.lead, head.lead_us, tail.after = tail, span + rng.randrange(*CHAIN_LEAD_US), head
             head.t = tail.t - head.lead_us
 
 
@@ -455,15 +578,23 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
             code = fault.xid
             templates = XID_TEMPLATES.get(code, (GENERIC_XID,))
             bus = GPU_BUSES[rng.randrange(min(gpus, len(GPU_BUSES)))]
-            if fault.after is not None:
+            if fault.after is not None and fault.after.bus:
                 bus = fault.after.bus  # the chain's GPU
             fault.bus = bus
             t = fault.t
             for k in range(fault.burst):
-                msg = _set_bus(_fill(rng, rng.choice(templates), code), bus)
+                extra: dict[str, Any] = {}
+                if code == 154:
+                    (f, fname, _), (to, tname, action) = _recovery_change(rng)
+                    msg = XID_154.format(b=bus, f=f, fn=fname, t=to, tn=tname)
+                    extra["action"] = action
+                else:
+                    msg = _set_bus(_fill(rng, rng.choice(templates), code), bus)
                 fault.lines.append((t, msg))
-                fault.rows.append(dict(base, time=_iso(t), xid=code, device=f"0000:{bus}:00.0"))
+                fault.rows.append(dict(base, time=_iso(t), xid=code, device=f"0000:{bus}:00.0", **extra))
                 t += rng.randrange(1500, 2500)
+        elif fault.kind in BEYOND_KINDS:
+            _beyond_group(fault, rng, base, gpus)
         elif fault.kind == "cpu_ecc":
             s, c, d = rng.randrange(2), rng.randrange(6), rng.randrange(2)
             label = f"CPU_SrcID#{s}_Ha#0_Chan#{c}_DIMM#{d}"
@@ -552,13 +683,144 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
             files += 1
 
     truth_rows = [row for fault in faults for row in fault.rows]
+    fields = TRUTH_FIELDS
+    if any(k in row for row in truth_rows for k in EXTRA_TRUTH_FIELDS):
+        fields = TRUTH_FIELDS + EXTRA_TRUTH_FIELDS
     with open(out / "ground_truth.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=TRUTH_FIELDS, lineterminator="\n")
+        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\n", restval="")
         w.writeheader()
         w.writerows(truth_rows)
     os.utime(out / "ground_truth.csv", (win_b / US, win_b / US))  # same seed, same files, same mtimes
     return {"nodes": nodes, "start": _iso(win_a), "end": _iso(win_b), "faults": len(faults),
             "truth_rows": len(truth_rows), "files": files, "lines": total_lines}
+
+
+def _recovery_change(rng: random.Random) -> tuple[tuple, tuple]:
+    """(from, to) recovery actions of an Xid 154: mostly from None to an action, sometimes an
+    action to another, or back to None (a reset done)."""
+    r = rng.random()
+    if r < 0.6:
+        return RECOVERY_ACTIONS[0], RECOVERY_ACTIONS[rng.randrange(1, len(RECOVERY_ACTIONS))]
+    a, b = rng.sample(range(1, len(RECOVERY_ACTIONS)), 2)
+    if r < 0.8:
+        return RECOVERY_ACTIONS[a], RECOVERY_ACTIONS[b]
+    return RECOVERY_ACTIONS[a], RECOVERY_ACTIONS[0]
+
+
+def _gpu_port(bus: str) -> str:
+    """The PCIe port above bus ``bus`` (a switch or root port on the bus before it; device 01, so
+    that it is never a GPU's or a NIC's 00.0)."""
+    return f"0000:{int(bus, 16) - 1:02x}:01.0"
+
+
+def _beyond_group(fault: _Fault, rng: random.Random, base: dict[str, Any], gpus: int) -> None:
+    """The lines and ground-truth rows of one fault of a kind beyond the paper (BEYOND_KINDS)."""
+    t0, kind = fault.t, fault.kind
+    lines, rows = fault.lines, fault.rows
+
+    def row(t: int, kind: str, device: str, **extra: Any) -> None:
+        rows.append(dict(base, time=_iso(t), kind=kind, device=device, **extra))
+
+    if kind.startswith("sxid_"):
+        sw, pci = NVSWITCHES[rng.randrange(len(NVSWITCHES))]
+        head = SXID_HEAD.format(sw=sw, pci=pci, code="{code}")
+        words = ", ".join(f"0x{rng.randrange(1 << 32):08x}" for _ in range(9))
+        if kind == "sxid_data_only":
+            code, severity = SXID_DATA_ONLY[rng.randrange(len(SXID_DATA_ONLY))]
+            lines.append((t0, head.format(code=code) + f"Data {{{words}}}"))
+        else:
+            fatal = kind == "sxid_fatal"
+            code, text = rng.choice(SXID_FATAL if fatal else SXID_NON_FATAL)
+            link = rng.randrange(64)
+            severity = "fatal" if fatal else "non_fatal"
+            h = head.format(code=code)
+            lines += [(t0, h + f"Data {{{words}}}"),
+                      (t0 + 3_100, h + f"{'Fatal' if fatal else 'Non-fatal'}, Link {link:02d} {text}"),
+                      (t0 + 5_100, h + f"Severity {int(fatal)} Engine instance {link:02d} Sub-engine instance 00")]
+        row(t0, "sxid", pci, code=code, severity=severity, category=severity, switch=sw)
+        return
+    if kind == "pcie_aer_corrected":
+        # a receiver error on a GPU's port, reported by the port itself (status RxErr, bit 0)
+        port = _gpu_port(GPU_BUSES[rng.randrange(min(gpus, len(GPU_BUSES)))])
+        d = dict(drv="pcieport", dev=port, port=port)
+        lines += [(t0, AER_RECEIVED.format(**d, multi="", sev="Corrected", src=port)),
+                  (t0 + 20, AER_BUS_ERROR.format(**d, sev="Corrected", layer="Physical Layer", agent="Receiver ID")),
+                  (t0 + 40, AER_DEVICE.format(**d, vendor=ROOT_PORT_ID, status=0x1, mask=0x2000)),
+                  (t0 + 60, AER_BIT.format(**d, bit=0, name="RxErr", first=""))]
+        row(t0, "pcie_aer", port, severity="corrected", category="corrected")
+        return
+    if kind == "pcie_aer_non_fatal":
+        # a NIC's Unsupported Request, recovered by its driver (mlx5_core has error handlers)
+        nic = f"0000:{NIC_BUSES[rng.randrange(len(NIC_BUSES))]}:00.0"
+        port = _gpu_port(nic.split(":")[1])
+        d = dict(drv="mlx5_core", dev=nic, port=port)
+        tlp = f"34000000 {int(nic.split(':')[1], 16):02x}000010 00000000 00000000"
+        lines += [(t0, AER_RECEIVED.format(drv="pcieport", port=port, multi="", sev="Uncorrected (Non-Fatal)",
+                                           src=nic)),
+                  (t0 + 30, AER_BUS_ERROR.format(**d, sev="Uncorrected (Non-Fatal)", layer="Transaction Layer",
+                                                 agent="Requester ID")),
+                  (t0 + 60, AER_DEVICE.format(**d, vendor="15b3:1021", status=0x100000, mask=0)),
+                  (t0 + 90, AER_BIT.format(**d, bit=20, name="UnsupReq", first=" (First)")),
+                  (t0 + 120, AER_TLP.format(**d, tlp=tlp)),
+                  (t0 + 2_500, AER_RECOVERED.format(port=port))]
+        row(t0, "pcie_aer", nic, severity="non_fatal", category="non_fatal", first_error="UnsupReq")
+        row(t0 + 2_500, "pcie_aer_recovery", port, category="recovered")
+        return
+    if kind == "pcie_aer_fatal_gpu":
+        # P-101: a completion timeout on the GPU's port; the nvidia driver has no AER callback
+        bus = GPU_BUSES[rng.randrange(min(gpus, len(GPU_BUSES)))]
+        fault.bus = bus
+        gpu, port = f"0000:{bus}:00.0", _gpu_port(bus)
+        d = dict(drv="pcieport", dev=port, port=port)
+        multi = rng.choice(("", "Multiple "))
+        audio = rng.random() < 0.5  # a GPU with an HDMI audio function (.1) also prints its own line
+        lines += [(t0, AER_RECEIVED.format(**d, multi=multi, sev="Uncorrected (Fatal)", src=port)),
+                  (t0 + 4, AER_BUS_ERROR.format(**d, sev="Uncorrected (Fatal)", layer="Transaction Layer",
+                                                agent="Requester ID")),
+                  (t0 + 902, AER_DEVICE.format(**d, vendor=ROOT_PORT_ID, status=0x4020, mask=0)),
+                  (t0 + 1_791, AER_BIT.format(**d, bit=5, name="SDES", first="")),
+                  (t0 + 2_685, AER_BIT.format(**d, bit=14, name="CmpltTO", first=" (First)")),
+                  (t0 + 3_606, AER_CANT_RECOVER.format(drv="nvidia", dev=gpu))]
+        row(t0, "pcie_aer", port, severity="fatal", category="gpu_lost_precursor", first_error="CmpltTO")
+        row(t0 + 3_606, "pcie_aer_recovery", gpu, category="gpu_lost_precursor")
+        if audio:
+            lines.append((t0 + 3_608, AER_CANT_RECOVER.format(drv="snd_hda_intel", dev=f"0000:{bus}:00.1")))
+            row(t0 + 3_608, "pcie_aer_recovery", f"0000:{bus}:00.1", category="no_error_detected_callback")
+        lines += [(t0 + 1_054_047, AER_LINK_RESET.format(port=port, rc=0)),
+                  (t0 + 1_054_088, AER_FAILED.format(port=port))]
+        row(t0 + 1_054_047, "pcie_aer_recovery", port, category="link_reset")
+        row(t0 + 1_054_088, "pcie_aer_recovery", port, category="recovery_failed")
+        return
+    if kind == "gpu_reset_required":
+        lines.append((t0, RESET_REQUIRED.format(line=rng.choice((2827, 2874)))))
+        row(t0, "gpu_reset_required", "", action="gpu_reset")
+        return
+    if kind == "amd_mca_edac":
+        mc, cs, ch = rng.randrange(8), rng.randrange(4), rng.randrange(8)
+        over = rng.random() < 0.5
+        v = dict(cpu=rng.randrange(128), bank=16 + rng.randrange(8), over="Over" if over else "-",
+                 status=0xdc2040000000011b if over else 0x9c2040000000011b,
+                 addr=rng.randrange(0x100000000, 0x4000000000) & ~0x1f, ipid=0x0000009600350f00 | (mc << 20),
+                 syn=rng.randrange(1 << 64), mc=mc, cs=cs, ch=ch, esyn=rng.randrange(1 << 16))
+        for k, template in enumerate(AMD_MCA):
+            lines.append((t0 + k * 15_000, template.format(**v)))
+        row(t0 + 5 * 15_000, "cpu_ecc", f"mc{mc}/mc#{mc}csrow#{cs}channel#{ch}", severity="corrected")
+        return
+    if kind == "ghes_memory":
+        addr = rng.randrange(0x100000000, 0x4000000000) & ~0x1f
+        v = dict(mc=0, n=rng.randrange(1, 5), src=rng.randrange(0, 4), rank=rng.randrange(2), bank=rng.randrange(2048),
+                 bg=rng.randrange(8), ba=rng.randrange(4), row=rng.randrange(1 << 17), col=rng.randrange(1024),
+                 addr=addr, page=addr >> 12, off=addr & 0xfff)
+        # Both orders are the kernel's: ghes_proc() prints the record (ghes_print_estatus) before
+        # ghes_do_proc() reports it to ghes_edac; ghes_proc_in_irq() (NMI/SEA path) the reverse.
+        msgs = [template.format(**v) for template in GHES_MEMORY]
+        if rng.random() < 0.5:
+            msgs = msgs[1:] + msgs[:1]
+        for k, msg in enumerate(msgs):
+            lines.append((t0 + k * 1_000, msg))
+        row(t0, "cpu_ecc", "", severity="corrected")
+        return
+    raise ValueError(f"unknown kind {kind!r}")
 
 
 def _set_bus(msg: str, bus: str) -> str:

@@ -7,8 +7,18 @@ Definitions
 -----------
 Hardware fault
     an Xid event whose code the catalog policy marks as hardware (``Policy.is_hardware``), a
-    ``cpu_ecc`` or ``mce`` event, or an IB flash cut. Each event counts once (a cpu_ecc line
-    reporting ``3 CE`` is one fault here; Table VII sums the counts instead).
+    ``cpu_ecc`` or ``mce`` event, an IB flash cut, an uncorrected PCIe AER record (``pcie_aer``
+    of severity ``fatal`` or ``non_fatal``, GPU-lost precursors included), or a fatal NVSwitch
+    SXid. Each event counts once (a cpu_ecc line reporting ``3 CE`` is one fault here; Table VII
+    sums the counts instead). Not hardware faults, though counted in their own tables: corrected
+    AER records (the link layer retried and nothing was lost; a bad link prints thousands, which
+    would drown every MTBF), non-fatal and unknown SXids (the fabric carries on: the Fabric Manager
+    guide keeps the switch and its links in service for a non-fatal SXid, and an SXid of unknown
+    severity cannot be called a failure), ``pcie_aer_recovery`` lines (the kernel's recovery of
+    a record already counted), ``gpu_reset_required`` reports and Xid 154 (the driver's demand
+    for a reset after another fault, counted with that fault: the catalog marks 154
+    informational), ``driver_assertion`` (a driver bug's trace), and ``gpu_recovery_action``
+    (NVML's state, not an event).
 MTBF
     mean time between failures of one category. Observation window W = ``until - since`` when
     both are given, else first..last time of any event in the frame, link up/down lines included
@@ -19,7 +29,15 @@ MTBF
 Co-occurrence
     for each fault (the anchor) on a host, every *other* fault label seen on the same host within
     ``window`` seconds after it (ties in time count in the frame's order). Labels: ``Xid N`` for
-    Xids, the event kind otherwise (``cpu_ecc``, ``mce``, ``ib_flash_cut``, ``gpu_lost``, ...).
+    Xids; ``KIND:CATEGORY`` for the kinds whose category says what happened (``sxid:fatal``,
+    ``sxid:non_fatal``, ``pcie_aer:fatal``, ``pcie_aer:corrected``,
+    ``pcie_aer:gpu_lost_precursor`` (an uncorrected AER on an NVIDIA function),
+    ``pcie_aer_recovery:gpu_lost_precursor``, ``pcie_aer_recovery:recovery_failed``...); the
+    event kind otherwise (``cpu_ecc``, ``mce``, ``ib_flash_cut``, ``gpu_lost``,
+    ``gpu_reset_required``, ...). So PCIe AER -> Xid 79 and SXid -> Xid 74/145 come out as
+    pairs such as (``pcie_aer:gpu_lost_precursor``, ``Xid 79``) and (``sxid:fatal``, ``Xid 74``).
+    A recovery that worked (``pcie_aer_recovery`` outcome ``recovered`` or ``link_reset``) is no
+    fault.
     A pair (first, then) counts once per anchor, however often ``then`` recurs in its window, so
     a chain Xid 48 -> 63 -> 94 within the window gives 48->63, 48->94 and 63->94 once each.
 """
@@ -39,8 +57,23 @@ from nodewarden.analysis import tables
 # Informational kinds (a port coming up, a cable plugged at probe) and link-down lines, which are
 # replaced by the flash cuts they make, are not failures.
 NOT_FAULTS = frozenset({ev.IB_LINK_UP, ev.NET_LINK_UP, ev.IB_PORT_STATE, ev.UNPARSED, ev.IB_LINK_DOWN,
-                        ev.IB_FLASH_CUT, ev.NIC_MODULE})
+                        ev.IB_FLASH_CUT, ev.NIC_MODULE, ev.GPU_RECOVERY_ACTION})
 HARDWARE_KINDS = frozenset({ev.CPU_ECC, ev.MCE, ev.IB_FLASH_CUT})
+# Kinds labelled KIND:CATEGORY (their category is the severity or the outcome), and the labels
+# of those that are hardware faults (module docstring).
+LABELLED_KINDS = frozenset({ev.SXID, ev.PCIE_AER, ev.PCIE_AER_RECOVERY})
+HARDWARE_LABELS = frozenset({"pcie_aer:fatal", "pcie_aer:non_fatal", "pcie_aer:gpu_lost_precursor", "sxid:fatal"})
+# pcie_aer_recovery outcomes that end well: no fault.
+RECOVERED = frozenset({"recovered", "link_reset"})
+
+
+def label_of(kind: str, xid, category) -> str:
+    """The fault label (module docstring): ``Xid 79``, ``pcie_aer:fatal``, ``cpu_ecc``..."""
+    if kind == ev.XID and not pd.isna(xid):
+        return f"Xid {int(xid)}"
+    if kind in LABELLED_KINDS:
+        return f"{kind}:{category}" if isinstance(category, str) and category else f"{kind}:unknown"
+    return kind
 
 
 def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -48,21 +81,25 @@ def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFr
     journal cuts counted once); adds ``label`` (``Xid 79``, ``cpu_ecc``, ...)."""
     if cuts is None:
         cuts = tables.flash_cuts(df)
-    f = df[~df["kind"].isin(NOT_FAULTS)].copy()
+    f = df[~df["kind"].isin(NOT_FAULTS)
+           & ~((df["kind"] == ev.PCIE_AER_RECOVERY) & df["category"].isin(RECOVERED))].copy()
     if len(cuts):
         c = pd.DataFrame({"time": cuts["time"], "host": cuts["host"], "kind": ev.IB_FLASH_CUT,
                           "device": cuts["device"], "source": cuts["source"]})
         f = pd.concat([f, c.reindex(columns=f.columns)], ignore_index=True)
         f["time"] = pd.to_datetime(f["time"], utc=True)
         f["xid"] = f["xid"].astype("Int64")
-    f["label"] = [f"Xid {int(x)}" if k == ev.XID and not pd.isna(x) else k for k, x in zip(f["kind"], f["xid"])]
+    f["label"] = [label_of(k, x, c) for k, x, c in zip(f["kind"], f["xid"], f["category"])]
     return f.sort_values("time", kind="stable").reset_index(drop=True)
 
 
-def category_of(kind: str, xid) -> str:
-    """The MTBF category: the Xid's Table V group for Xids, the kind otherwise."""
+def category_of(kind: str, xid, category=None) -> str:
+    """The MTBF category: the Xid's Table V group for Xids, the label for the kinds labelled
+    KIND:CATEGORY (``sxid:fatal``, ``pcie_aer:corrected``), the kind otherwise."""
     if kind == ev.XID and not pd.isna(xid):
         return catalog.group_of(int(xid))
+    if kind in LABELLED_KINDS:
+        return label_of(kind, xid, category)
     return kind
 
 
@@ -70,7 +107,7 @@ def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.S
     pol = policy or catalog.load_policy()
     hw = {}
 
-    def is_hw(k: str, x) -> bool:
+    def is_hw(k: str, x, c) -> bool:
         if k == ev.XID:
             if pd.isna(x):
                 return False
@@ -78,9 +115,12 @@ def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.S
             if x not in hw:
                 hw[x] = pol.is_hardware(x)
             return hw[x]
+        if k in LABELLED_KINDS:
+            return label_of(k, x, c) in HARDWARE_LABELS
         return k in HARDWARE_KINDS
 
-    return pd.Series([is_hw(k, x) for k, x in zip(f["kind"], f["xid"])], index=f.index, dtype=bool)
+    return pd.Series([is_hw(k, x, c) for k, x, c in zip(f["kind"], f["xid"], f["category"])], index=f.index,
+                     dtype=bool)
 
 
 def repeat_offenders(df: pd.DataFrame, cuts: pd.DataFrame | None = None, top: int = 10,
@@ -128,7 +168,8 @@ def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime 
     lo, hi = observation_window(df, since, until)
     hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
     n = nodes if nodes is not None else int(df["host"].dropna().nunique())
-    cats = pd.Series([category_of(k, x) for k, x in zip(f["kind"], f["xid"])], index=f.index, dtype=object)
+    cats = pd.Series([category_of(k, x, c) for k, x, c in zip(f["kind"], f["xid"], f["category"])], index=f.index,
+                     dtype=object)
     counts = cats.value_counts()
     order = [g for g in catalog.GROUPS if g in counts] + sorted(c for c in counts.index if c not in catalog.GROUPS)
     rows = [(c, int(counts[c])) for c in order] + [("hardware", int(hardware_mask(f, policy).sum()))]

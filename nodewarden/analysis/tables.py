@@ -14,7 +14,19 @@ Tables (column names follow the CSVs of the paper's tables so that they compare 
 IB flash cuts come from two kinds of evidence (``flash_cuts``): kernel-log ``ib_link_down``/
 ``ib_link_up`` pairs run through :class:`nodewarden.agent.flashcut.FlashCutDetector` per host,
 and ``ib_flash_cut`` events of agent journals. A journal cut of the same host and port within
-``skew`` seconds of a log-derived cut is the same cut and counts once.
+``skew`` seconds of a log-derived cut is the same cut and counts once. Longer drops are outages
+(``ib_link_outages``), listed with their durations.
+
+Beyond the paper (kinds the paper does not count; issue 11). The paper's tables above never
+count them, so a fleet with them prints Tables V-VIII as before:
+
+* ``sxid_by_switch``: host, switch, pci_bus_id, sxid, severity, count (NVSwitch SXid errors).
+* ``pcie_aer_by_device``: host, pci_bus_id, severity, count, first_errors (PCIe AER records).
+* ``pcie_aer_by_severity``: severity, count, hosts, devices, gpu_lost_precursor (and a Total row).
+* ``gpu_reset_required``: host, pci_bus_id, action, count, first, last (reset-required reports).
+* ``beyond_paper_monthly``: month, pcie_aer_fatal, pcie_aer_non_fatal, pcie_aer_corrected,
+  sxid_fatal, sxid_non_fatal, gpu_reset_required, gpu_lost_precursor (and a Total row).
+* ``ib_link_outages``: host, device, port, down, up, duration_s.
 """
 
 from __future__ import annotations
@@ -30,7 +42,17 @@ from nodewarden import catalog
 from nodewarden import events as ev
 from nodewarden.events import XID, FaultEvent
 
-EVENT_COLUMNS = ("time", "host", "kind", "xid", "category", "device", "pci_bus_id", "source", "count")
+EVENT_COLUMNS = ("time", "host", "kind", "xid", "category", "device", "pci_bus_id", "source", "count",
+                 "sxid", "severity", "switch", "action", "first_error", "duration_s")
+# The columns after ``count`` hold the attrs the tables beyond the paper need (None elsewhere):
+#   sxid         the SXid code of an ``sxid`` event (Int64)
+#   severity     ``sxid``/``pcie_aer`` attrs ``severity`` (fatal, non_fatal, corrected, unknown)
+#   switch       ``sxid`` attrs ``switch`` (``nvidia-nvswitch3``)
+#   action       the recovery action: ``gpu_reset_required``/``gpu_recovery_action`` attrs
+#                ``action``, an Xid 154's attrs ``recovery_action`` (the action changed *to*)
+#   first_error  ``pcie_aer`` attrs ``first_error`` (the bit name marked ``(First)``)
+#   duration_s   ``ib_flash_cut``/``ib_link_outage`` attrs ``duration_s`` (float seconds)
+_DETAIL_COLUMNS = EVENT_COLUMNS[9:]
 
 GPU_MEMORY_XIDS = (63, 64, 79, 94, 95)  # Table VII's "GPU memory-related" Xids
 TABLE7_COLUMNS = ("month", "main_memory_cpu_ecc", "network_flash_cut",
@@ -42,13 +64,44 @@ LOG, JOURNAL = "log", "journal"
 
 def events_frame(events: Iterable[FaultEvent]) -> pd.DataFrame:
     """One row per event: time (UTC, NaT when unknown), host, kind, xid (nullable Int64),
-    category, device, pci_bus_id, source."""
+    category, device, pci_bus_id, source, count, and the detail columns of :data:`EVENT_COLUMNS`
+    (None unless the kind has them)."""
     rows = [
         (_frame_time(e.time), e.host, e.kind, e.code if e.kind == XID else None, e.category, e.device, e.pci_bus_id,
-         e.source, _count(e))
+         e.source, _count(e), *(_details(e) if e.kind in _DETAIL_KINDS or e.code == 154 else _NO_DETAILS))
         for e in events
     ]
     return make_frame(rows)
+
+
+_DETAIL_KINDS = frozenset({ev.SXID, ev.PCIE_AER, ev.GPU_RESET_REQUIRED, ev.GPU_RECOVERY_ACTION, ev.IB_FLASH_CUT,
+                           ev.IB_LINK_OUTAGE})
+_NO_DETAILS = (None,) * len(_DETAIL_COLUMNS)
+
+
+def _text(v) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _details(e: FaultEvent) -> tuple:
+    """(sxid, severity, switch, action, first_error, duration_s) of one event (see EVENT_COLUMNS);
+    a value of the wrong type (a journal written by another version) is None."""
+    a = e.attrs
+    sxid = severity = switch = action = first = duration = None
+    if e.kind == ev.SXID:
+        n = a.get("sxid", e.code)
+        sxid = n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31 else None
+        severity, switch = _text(a.get("severity")), _text(a.get("switch"))
+    elif e.kind == ev.PCIE_AER:
+        severity, first = _text(a.get("severity")), _text(a.get("first_error"))
+    elif e.kind in (ev.GPU_RESET_REQUIRED, ev.GPU_RECOVERY_ACTION):
+        action = _text(a.get("action"))
+    elif e.kind == XID:
+        action = _text(a.get("recovery_action"))  # Xid 154: the action changed to
+    elif e.kind in (ev.IB_FLASH_CUT, ev.IB_LINK_OUTAGE):
+        d = a.get("duration_s")
+        duration = float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d < 1e9 else None
+    return sxid, severity, switch, action, first, duration
 
 
 # pandas' nanosecond timestamps span 1677-09-22 .. 2262-04-11: a time outside is a clock gone
@@ -62,13 +115,16 @@ def _frame_time(t: dt.datetime | None) -> dt.datetime | None:
 
 
 def make_frame(rows: Iterable[tuple]) -> pd.DataFrame:
-    """A frame of :data:`EVENT_COLUMNS` from tuples (the last, ``count``, may be left out)."""
+    """A frame of :data:`EVENT_COLUMNS` from tuples (the columns from ``count`` on may be left out:
+    None)."""
     rows = [tuple(r) + (None,) * (len(EVENT_COLUMNS) - len(r)) for r in rows]
     df = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
     df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
-    df["xid"] = df["xid"].astype("Int64")
-    df["count"] = df["count"].astype("Int64")
-    for c in ("host", "kind", "category", "device", "pci_bus_id", "source"):
+    for c in ("xid", "count", "sxid"):
+        df[c] = df[c].astype("Int64")
+    df["duration_s"] = df["duration_s"].astype(float)
+    for c in ("host", "kind", "category", "device", "pci_bus_id", "source", "severity", "switch", "action",
+              "first_error"):
         df[c] = df[c].astype(object)
     return df
 
@@ -172,21 +228,10 @@ def flash_cuts(df: pd.DataFrame, max_seconds: float = 60.0, skew: float = 1.0) -
     ``max_seconds``; ``journal``: an ``ib_flash_cut`` event), ``duration_s`` (None when unknown).
 
     Log pairs of each host go through a FlashCutDetector in time order; a longer drop is an
-    outage and is not a cut. A journal cut of the same host and device whose time is within
-    ``skew`` seconds of a log-derived cut is that cut, counted once."""
-    from nodewarden.agent.flashcut import FlashCutDetector
-
-    rows: list[tuple] = []
-    links = df[df["kind"].isin([ev.IB_LINK_DOWN, ev.IB_LINK_UP]) & df["time"].notna()]
-    links = links.sort_values("time", kind="stable")
-    for host, g in links.groupby(links["host"].fillna(""), sort=True):
-        det = FlashCutDetector(max_seconds=max_seconds, skew_seconds=skew)
-        for r in g.itertuples(index=False):
-            e = FaultEvent(kind=r.kind, message="", raw="", time=r.time.to_pydatetime(), host=r.host,
-                           source=r.source or "file", device=r.device)
-            for out in det.observe_event(e, now=r.time.timestamp()):
-                if out.kind == ev.IB_FLASH_CUT:
-                    rows.append((pd.Timestamp(out.time), r.host, out.device, LOG, out.attrs.get("duration_s")))
+    outage and is not a cut (:func:`ib_link_outages`). A journal cut of the same host and device
+    whose time is within ``skew`` seconds of a log-derived cut is that cut, counted once."""
+    rows = [(pd.Timestamp(out.time), host, out.device, LOG, out.attrs.get("duration_s"))
+            for host, out in _log_drops(df, max_seconds, skew) if out.kind == ev.IB_FLASH_CUT]
     log_cuts = pd.DataFrame(rows, columns=list(FLASH_CUT_COLUMNS))
     jr = df[(df["kind"] == ev.IB_FLASH_CUT) & df["time"].notna()]
     keep = []
@@ -200,6 +245,84 @@ def flash_cuts(df: pd.DataFrame, max_seconds: float = 60.0, skew: float = 1.0) -
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(FLASH_CUT_COLUMNS))
     out["time"] = pd.to_datetime(out["time"], utc=True)
     return out.sort_values(["time", "host"], kind="stable").reset_index(drop=True)
+
+
+def _log_drops(df: pd.DataFrame, max_seconds: float, skew: float) -> list[tuple[str | None, FaultEvent]]:
+    """(host, event) for every ``ib_flash_cut``/``ib_link_outage`` a FlashCutDetector makes of
+    each host's kernel-log ib_link_down/ib_link_up events, in time order."""
+    from nodewarden.agent.flashcut import FlashCutDetector
+
+    out: list[tuple[str | None, FaultEvent]] = []
+    links = df[df["kind"].isin([ev.IB_LINK_DOWN, ev.IB_LINK_UP]) & df["time"].notna()]
+    links = links.sort_values("time", kind="stable")
+    for _, g in links.groupby(links["host"].fillna(""), sort=True):
+        det = FlashCutDetector(max_seconds=max_seconds, skew_seconds=skew)
+        for r in g.itertuples(index=False):
+            e = FaultEvent(kind=r.kind, message="", raw="", time=r.time.to_pydatetime(), host=r.host,
+                           source=r.source or "file", device=r.device)
+            out += [(r.host, d) for d in det.observe_event(e, now=r.time.timestamp())]
+    return out
+
+
+IB_OUTAGE_COLUMNS = ("host", "device", "port", "down", "up", "duration_s")
+
+
+def ib_link_outages(df: pd.DataFrame, max_seconds: float = 60.0, skew: float = 1.0) -> pd.DataFrame:
+    """IB ports down longer than ``max_seconds`` (DESIGN.md "IB flash cut": outages, counted apart
+    from the cuts), one row each: ``host``, ``device`` (``mlx5_0``), ``port`` (Int64), ``down``,
+    ``up`` (UTC times), ``duration_s`` (float seconds), in ``down`` order.
+
+    Three kinds of row: an outage the FlashCutDetector makes of a kernel-log down/up pair (as
+    :func:`flash_cuts` does for the cuts); a port whose last link line in the frame is a down
+    more than ``max_seconds`` before the frame's last event (still down when the logs end:
+    ``up`` NaT, ``duration_s`` NaN); an agent journal's ``ib_link_outage`` event (``up`` =
+    ``down`` + its ``duration_s``), unless a log-derived outage of that host and port begins
+    within ``skew`` seconds of it (the same outage, counted once)."""
+    rows: list[tuple] = []
+    for host, d in _log_drops(df, max_seconds, skew):
+        if d.kind != ev.IB_LINK_OUTAGE:
+            continue
+        a = d.attrs
+        up = a.get("up_at")
+        rows.append((host, a.get("rdma_device"), a.get("port"), pd.Timestamp(d.time),
+                     pd.Timestamp(up, unit="s", tz="UTC") if up is not None else pd.NaT, a.get("duration_s")))
+    timed = df[df["time"].notna()]
+    end = timed["time"].max() if len(timed) else None
+    links = timed[timed["kind"].isin([ev.IB_LINK_DOWN, ev.IB_LINK_UP])].sort_values("time", kind="stable")
+    open_since: dict[tuple, pd.Timestamp | None] = {}
+    for r in links.itertuples(index=False):
+        key = (r.host, r.device)
+        if r.kind == ev.IB_LINK_UP:
+            open_since[key] = None
+        elif open_since.get(key) is None:
+            open_since[key] = r.time
+    for (host, device), t in open_since.items():
+        if t is not None and end is not None and (end - t).total_seconds() > max_seconds:
+            dev, port = _split_port(device)
+            rows.append((host, dev, port, t, pd.NaT, None))
+    log_rows = list(rows)
+    for r in df[(df["kind"] == ev.IB_LINK_OUTAGE) & df["time"].notna()].itertuples(index=False):
+        dev, port = _split_port(r.device)
+        if any(h == r.host and d == dev and p == port and abs((t - r.time).total_seconds()) <= skew
+               for h, d, p, t, _, _ in log_rows):
+            continue
+        dur = r.duration_s
+        up = r.time + pd.Timedelta(seconds=dur) if dur is not None and not pd.isna(dur) else pd.NaT
+        rows.append((r.host, dev, port, r.time, up, dur))
+    out = pd.DataFrame(rows, columns=list(IB_OUTAGE_COLUMNS))
+    out["port"] = out["port"].astype("Int64")
+    out["down"] = pd.to_datetime(out["down"], utc=True)
+    out["up"] = pd.to_datetime(out["up"], utc=True)
+    out["duration_s"] = out["duration_s"].astype(float)
+    return out.sort_values(["down", "host", "device"], kind="stable").reset_index(drop=True)
+
+
+def _split_port(device: str | None) -> tuple[str | None, int | None]:
+    """``mlx5_0/1`` -> (``mlx5_0``, 1); a name without a port -> (name, None)."""
+    dev, sep, port = (device or "").rpartition("/")
+    if sep and dev and port.isdigit() and len(port) <= 4:
+        return dev, int(port)
+    return device, None
 
 
 # ---- Tables VII and VIII ---------------------------------------------------------------------
@@ -266,6 +389,192 @@ def flash_cut_discrepancies(t7: pd.DataFrame, t8: pd.DataFrame, label7: str = "T
             out.append({"month": month, "table7": a, "table8_sum": b,
                         "message": f"{month}: {label7} counts {a} IB flash cuts, {label8}'s days sum to {b}"})
     return out
+
+
+# ---- beyond the paper: SXid, PCIe AER, reset-required GPUs -----------------------------------
+
+SXID_BY_SWITCH_COLUMNS = ("host", "switch", "pci_bus_id", "sxid", "severity", "count")
+PCIE_AER_BY_DEVICE_COLUMNS = ("host", "pci_bus_id", "severity", "count", "first_errors")
+PCIE_AER_BY_SEVERITY_COLUMNS = ("severity", "count", "hosts", "devices", "gpu_lost_precursor")
+GPU_RESET_REQUIRED_COLUMNS = ("host", "pci_bus_id", "action", "count", "first", "last")
+BEYOND_PAPER_COLUMNS = ("month", "pcie_aer_fatal", "pcie_aer_non_fatal", "pcie_aer_corrected", "sxid_fatal",
+                        "sxid_non_fatal", "gpu_reset_required", "gpu_lost_precursor")
+GPU_LOST_PRECURSOR = "gpu_lost_precursor"  # the category parsers give a fatal AER on a GPU
+AER_SEVERITIES = ("fatal", "non_fatal", "corrected")  # the order of the AER tables
+NO_ACTION = "none"  # a recovery action that asks for nothing (Xid 154 "to 0x0 (None)")
+# Reports of the same host, GPU and action from different evidence (an Xid 154 in the kernel log
+# and NVML's recovery action in an agent journal) this close together are one report.
+RESET_SAME_REPORT_S = 60.0
+# A pcie_aer_recovery "can't recover" for an NVIDIA function this close to a precursor AER record
+# on the same host is that record's recovery (the parser folds it so), not another precursor.
+PRECURSOR_SAME_RECORD_S = 5.0
+
+
+def _keys(t: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    """``t[cols]`` with missing text as "" so that groupby keeps those rows."""
+    out = t[cols].copy()
+    for c in cols:
+        if out[c].dtype == object:
+            out[c] = out[c].fillna("")
+    return out
+
+
+def sxid_by_switch(df: pd.DataFrame) -> pd.DataFrame:
+    """NVSwitch SXid errors (``sxid`` events: one per error, its Data/description/Severity lines
+    folded by the parser) per host, switch (``nvidia-nvswitch3``), switch PCI id, SXid and
+    severity (``fatal``, ``non_fatal``, ``unknown``); most frequent first, then by name. Empty
+    (the columns only) when the frame has none."""
+    x = _keys(df[df["kind"] == ev.SXID], ["host", "switch", "pci_bus_id", "sxid", "severity"])
+    keys = list(SXID_BY_SWITCH_COLUMNS[:-1])
+    c = x.groupby(keys, dropna=False).size().reset_index(name="count")
+    c["count"] = c["count"].astype(int)
+    c["sxid"] = c["sxid"].astype("Int64")
+    c = c.sort_values(["count", "host", "switch", "pci_bus_id", "sxid"], ascending=[False, True, True, True, True],
+                      kind="stable", na_position="last")
+    return c[list(SXID_BY_SWITCH_COLUMNS)].reset_index(drop=True)
+
+
+def _aer_order(sev: str) -> tuple[int, str]:
+    return (AER_SEVERITIES.index(sev) if sev in AER_SEVERITIES else len(AER_SEVERITIES), sev)
+
+
+def pcie_aer_by_device(df: pd.DataFrame) -> pd.DataFrame:
+    """PCIe AER error records (``pcie_aer`` events, kernel or firmware-first GHES) per host,
+    device (``pci_bus_id``: the device the record is about) and severity (``fatal``,
+    ``non_fatal``, ``corrected``). ``first_errors``: the error bits marked ``(First)`` with how
+    many records named each, most frequent first (``CmpltTO (2); SDES (1)``; "" when none
+    named one). Rows by host, device, severity (fatal first)."""
+    a = _keys(df[df["kind"] == ev.PCIE_AER], ["host", "pci_bus_id", "severity", "first_error"])
+    rows = []
+    for (host, bus, sev), g in a.groupby(["host", "pci_bus_id", "severity"], sort=False):
+        firsts = g["first_error"][g["first_error"] != ""].value_counts()
+        named = sorted(firsts.items(), key=lambda kv: (-kv[1], kv[0]))
+        rows.append({"host": host, "pci_bus_id": bus, "severity": sev, "count": len(g),
+                     "first_errors": "; ".join(f"{name} ({n})" for name, n in named)})
+    rows.sort(key=lambda r: (r["host"], r["pci_bus_id"], _aer_order(r["severity"])))
+    return pd.DataFrame(rows, columns=list(PCIE_AER_BY_DEVICE_COLUMNS)).astype({"count": int})
+
+
+def pcie_aer_by_severity(df: pd.DataFrame) -> pd.DataFrame:
+    """PCIe AER records per severity: ``count``, distinct ``hosts`` and ``devices`` (host and PCI
+    id), and ``gpu_lost_precursor`` (how many of them were an uncorrected error on an NVIDIA
+    function: category ``gpu_lost_precursor``). Rows fatal, non_fatal, corrected, then any other
+    severity the parser gave (``""`` when none), and a Total row. Only the Total row (zeros) when
+    the frame has no AER record."""
+    a = _keys(df[df["kind"] == ev.PCIE_AER], ["host", "pci_bus_id", "severity", "category"])
+    rows = []
+    for sev in sorted(set(a["severity"]), key=_aer_order):
+        g = a[a["severity"] == sev]
+        rows.append({"severity": sev, "count": len(g), "hosts": g["host"].nunique(),
+                     "devices": len(set(zip(g["host"], g["pci_bus_id"]))),
+                     GPU_LOST_PRECURSOR: int((g["category"] == GPU_LOST_PRECURSOR).sum())})
+    rows.append({"severity": "Total", "count": len(a), "hosts": a["host"].nunique(),
+                 "devices": len(set(zip(a["host"], a["pci_bus_id"]))),
+                 GPU_LOST_PRECURSOR: int((a["category"] == GPU_LOST_PRECURSOR).sum())})
+    return pd.DataFrame(rows, columns=list(PCIE_AER_BY_SEVERITY_COLUMNS)).astype(
+        {c: int for c in PCIE_AER_BY_SEVERITY_COLUMNS[1:]})
+
+
+def reset_reports(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame's reports that a GPU must be reset (or its node rebooted, drained...), one row
+    per report, in time order (untimed last): ``gpu_reset_required`` events (an NVRM assertion
+    with ``[NV_ERR_RESET_REQUIRED]``, or NVML's recovery action turning to one) and Xid 154
+    events whose new action (``action`` column) is not ``none``. ``gpu_recovery_action`` events
+    are NVML's state changes behind such reports and are not counted again. A report of the same
+    host, GPU and action as the last one counted, from other evidence (kind or source), within
+    :data:`RESET_SAME_REPORT_S` is that report (an Xid 154 in the kernel log and NVML's change in
+    an agent journal). Columns: those of the frame, ``action`` filled (``gpu_reset`` when an
+    assertion names none)."""
+    x154 = (df["kind"] == XID) & df["xid"].eq(154).fillna(False).astype(bool)
+    r = df[(df["kind"] == ev.GPU_RESET_REQUIRED)
+           | (x154 & df["action"].notna() & (df["action"] != NO_ACTION))].copy()
+    r["action"] = r["action"].fillna("gpu_reset")
+    r = r.sort_values("time", kind="stable", na_position="last")
+    keep = []
+    last: dict[tuple, tuple] = {}  # (host, bus, action) -> (time, evidence) of the last report kept
+    for i, row in zip(r.index, r.itertuples(index=False)):
+        key = (row.host, row.pci_bus_id, row.action)
+        evidence = (row.kind, row.source)
+        prev = last.get(key)
+        if (prev is not None and not pd.isna(row.time) and not pd.isna(prev[0]) and prev[1] != evidence
+                and (row.time - prev[0]).total_seconds() <= RESET_SAME_REPORT_S):
+            continue
+        keep.append(i)
+        last[key] = (row.time, evidence)
+    return r.loc[keep]
+
+
+def gpu_reset_required(df: pd.DataFrame) -> pd.DataFrame:
+    """Reset-required reports (:func:`reset_reports`) per host, GPU (``pci_bus_id``; "" when the
+    driver printed none, as its assertion lines do) and ``action`` (``gpu_reset``,
+    ``node_reboot``, ``drain_p2p``, ``drain_and_reset``): ``count``, ``first`` and ``last``
+    report time (UTC; NaT when untimed). Most reports first, then by host, GPU, action."""
+    r = _keys(reset_reports(df), ["host", "pci_bus_id", "action", "time"])
+    rows = []
+    for (host, bus, action), g in r.groupby(["host", "pci_bus_id", "action"], sort=False):
+        t = g["time"].dropna()
+        rows.append({"host": host, "pci_bus_id": bus, "action": action, "count": len(g),
+                     "first": t.min() if len(t) else pd.NaT, "last": t.max() if len(t) else pd.NaT})
+    rows.sort(key=lambda x: (-x["count"], x["host"], x["pci_bus_id"], x["action"]))
+    out = pd.DataFrame(rows, columns=list(GPU_RESET_REQUIRED_COLUMNS)).astype({"count": int})
+    for c in ("first", "last"):
+        out[c] = pd.to_datetime(out[c], utc=True)
+    return out
+
+
+def gpu_lost_precursors(df: pd.DataFrame) -> pd.DataFrame:
+    """GPU-lost precursors, one row each: every ``pcie_aer`` record of category
+    ``gpu_lost_precursor`` (a fatal or non-fatal uncorrected AER on an NVIDIA function), and
+    every ``pcie_aer_recovery`` of that category (the AER driver could not recover an NVIDIA
+    function) that is not within :data:`PRECURSOR_SAME_RECORD_S` of such a record on its host
+    (the recovery of a record already counted; one left alone is a precursor whose record the
+    log lacks). Untimed recoveries are kept only when their host has no untimed precursor
+    record."""
+    pre = df[df["category"] == GPU_LOST_PRECURSOR]
+    records = pre[pre["kind"] == ev.PCIE_AER]
+    rec = pre[pre["kind"] == ev.PCIE_AER_RECOVERY]
+    w = pd.Timedelta(seconds=PRECURSOR_SAME_RECORD_S)
+    keep = []
+    for i, r in zip(rec.index, rec.itertuples(index=False)):
+        same = records[records["host"].fillna("") == (r.host or "")]
+        if pd.isna(r.time):
+            if not same["time"].isna().any():
+                keep.append(i)
+        elif not ((same["time"] - r.time).abs() <= w).any():
+            keep.append(i)
+    return pd.concat([records, rec.loc[keep]]).sort_values("time", kind="stable", na_position="last")
+
+
+def beyond_paper_monthly(df: pd.DataFrame) -> pd.DataFrame:
+    """A Table VII-style monthly table of the kinds the paper does not count (kept apart: the
+    paper's Table VII stays as printed). Per month (``YYYY-MM``, UTC): PCIe AER records by
+    severity (``pcie_aer_fatal``, ``pcie_aer_non_fatal``, ``pcie_aer_corrected``), SXid errors by
+    severity (``sxid_fatal``, ``sxid_non_fatal``; ``unknown`` ones are in
+    :func:`sxid_by_switch` only), reset-required reports (:func:`reset_reports`), and GPU-lost
+    precursors (:func:`gpu_lost_precursors`; these are also in the AER columns, so the row has
+    no total). Months with none of these are left out; a Total row last (zeros when none).
+    Events without a time are not placed in any month."""
+    timed = df[df["time"].notna()]
+    parts: dict[str, pd.Series] = {}
+    aer = timed[timed["kind"] == ev.PCIE_AER]
+    for sev in AER_SEVERITIES:
+        a = aer[aer["severity"] == sev]
+        parts[f"pcie_aer_{sev}"] = a.groupby(_month(a["time"])).size()
+    sx = timed[timed["kind"] == ev.SXID]
+    for sev in ("fatal", "non_fatal"):
+        a = sx[sx["severity"] == sev]
+        parts[f"sxid_{sev}"] = a.groupby(_month(a["time"])).size()
+    rr = reset_reports(timed)
+    parts["gpu_reset_required"] = rr.groupby(_month(rr["time"])).size()
+    pre = gpu_lost_precursors(timed)
+    parts[GPU_LOST_PRECURSOR] = pre.groupby(_month(pre["time"])).size()
+    months = sorted(set().union(*(set(s.index) for s in parts.values())))
+    table = pd.DataFrame({"month": months})
+    for col, s in parts.items():
+        table[col] = [int(s.get(m, 0)) for m in months]
+    total = {"month": "Total", **{c: int(table[c].sum()) for c in BEYOND_PAPER_COLUMNS[1:]}}
+    table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+    return table[list(BEYOND_PAPER_COLUMNS)].astype({c: int for c in BEYOND_PAPER_COLUMNS[1:]})
 
 
 # ---- comparing with the paper's printed tables -----------------------------------------------

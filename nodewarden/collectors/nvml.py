@@ -23,6 +23,8 @@ Every series and the NVML function it comes from (NVML API Reference Guide, ``nv
                                                                                 (ThrottleReasons before r535)
 ``nodewarden_gpu_temperature_celsius{gpu}``                                     nvmlDeviceGetTemperature (NVML_TEMPERATURE_GPU)
 ``nodewarden_gpu_power_watts{gpu}``                                             nvmlDeviceGetPowerUsage (milliwatts / 1000)
+``nodewarden_gpu_recovery_action{gpu,action}`` 1 current, 0 the others          nvmlDeviceGetFieldValues
+                                                                                (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
 ``nodewarden_gpu_lost{gpu}`` 1 lost                                             any call returning NVML_ERROR_GPU_IS_LOST
 ==============================================================================  ==========================================
 
@@ -30,6 +32,15 @@ A query that answers ``NVML_ERROR_NOT_SUPPORTED`` leaves its series out (retired
 and later, which remap rows instead; NVLink on a PCIe card): absent, never an error. A call that
 answers ``NVML_ERROR_GPU_IS_LOST`` ends that GPU's poll: it exports ``nodewarden_gpu_lost 1`` and
 its ``nodewarden_gpu_info`` (remembered from an earlier poll), nothing else.
+
+The GPU recovery action (:mod:`nodewarden.nvml`: field 230, ``nvmlDeviceGpuRecoveryAction_t``)
+is the driver's verdict on what the GPU needs before it can be trusted again. Its gauge has one
+series per action of ``none gpu_reset node_reboot drain_p2p drain_and_reset``, 1 for the current
+one and 0 for the others (a newer value, ``recover_imex_domain``, ``bus_reset``,
+``system_reboot`` or ``unknown``, adds its own series while it is current). A driver without the
+field (before r570: the value's nvmlReturn is ``NVML_ERROR_NOT_SUPPORTED``) exports no series;
+that is logged once per GPU, not an error, and the field is asked again only every
+:data:`RECOVERY_ACTION_REPROBE_SECONDS` (and after NVML is initialised again).
 
 Events, by comparing a poll with the previous one (kept in memory only: after a restart the
 first poll is a baseline and emits nothing; the journal already holds what was seen before):
@@ -41,6 +52,14 @@ first poll is a baseline and emits nothing; the journal already holds what was s
 * ``row_remap``: remapped rows rose, or ``isPending``/``failureOccurred`` went 0 -> 1 (a pending
   remap needs a GPU reset; a failure means the bank is out of spare rows: RMA).
 * ``gpu_lost``: once per loss, when a GPU that answered at the previous poll is lost.
+* ``gpu_recovery_action``: the recovery action changed (compared with the last value read, so a
+  poll whose read failed does not hide a change). ``category`` and ``attrs.action``: the new
+  action; ``attrs``: gpu (NVML index), gpu_uuid, pci_bus_id, action, previous_action,
+  action_code, previous_action_code.
+* ``gpu_reset_required`` (with it, when the new action is not ``none``): the shape of the
+  kernel-log event of the same kind (``attrs`` action, status, status_name, location, pci_bus_id,
+  gpu; the NVRM-only status/status_name/location are None here) plus gpu_uuid, previous_action,
+  action_code.
 
 The pure part (:class:`GpuReading`, :func:`samples`, :func:`events_between` and the helpers
 above it) needs no NVML; :class:`NvmlCollector` is the thin I/O around it. NVML is initialised
@@ -60,7 +79,11 @@ import time
 from typing import Any, Callable, Mapping, NamedTuple
 
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
-from nodewarden.events import GPU_ECC, GPU_LOST, ROW_REMAP, TIME_WALL, FaultEvent
+from nodewarden.events import (GPU_ECC, GPU_LOST, GPU_RECOVERY_ACTION, GPU_RESET_REQUIRED, ROW_REMAP, TIME_WALL,
+                               FaultEvent)
+from nodewarden.nvml import (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, RECOVERY_ACTION_LABELS, RECOVERY_ACTIONS,
+                             RECOVERY_NONE, driver_lacks_field, read_recovery_action, recovery_action_name,
+                             return_name)
 from nodewarden.parsing.pci import normalize_pci
 
 log = logging.getLogger(__name__)
@@ -98,6 +121,9 @@ CLOCK_EVENT_REASONS = {
 }
 NVML_TEMPERATURE_GPU = 0
 NVLINK_MAX_LINKS = 18  # when pynvml does not say (NVML_NVLINK_MAX_LINKS: 18 before r570, then 36)
+# A GPU whose driver lacks the recovery-action field is asked again this rarely (seconds of the
+# collector's clock): a driver upgrade needs a driver reload, which initialises NVML again anyway.
+RECOVERY_ACTION_REPROBE_SECONDS = 3600.0
 
 P = "nodewarden_gpu_"
 # name -> (kind, HELP); HELP names the NVML function.
@@ -123,6 +149,8 @@ SERIES: dict[str, tuple[str, str]] = {
     P + "temperature_celsius": (GAUGE, "GPU core temperature (nvmlDeviceGetTemperature)."),
     P + "power_watts": (GAUGE, "GPU board power draw (nvmlDeviceGetPowerUsage)."),
     P + "lost": (GAUGE, "1 when NVML reports the GPU lost, NVML_ERROR_GPU_IS_LOST (fallen off the bus)."),
+    P + "recovery_action": (GAUGE, "1 for the GPU's current recovery action, 0 for the others (nvmlDeviceGetFieldValues "
+                                   "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; none: healthy)."),
 }
 
 
@@ -160,6 +188,7 @@ class GpuReading:
     clocks_event_reasons: int | None = None
     temperature_celsius: float | None = None
     power_milliwatts: float | None = None
+    recovery_action: int | None = None  # nvmlDeviceGpuRecoveryAction_t; None: not read (no field, an error)
 
     @property
     def gpu(self) -> str:
@@ -210,6 +239,12 @@ def samples(r: GpuReading, snap: Snapshot) -> None:
         add(P + "temperature_celsius", {}, r.temperature_celsius)
     if r.power_milliwatts is not None:
         add(P + "power_watts", {}, r.power_milliwatts / 1000.0)
+    if r.recovery_action is not None:
+        current = recovery_action_name(r.recovery_action)
+        for action in RECOVERY_ACTION_LABELS:
+            add(P + "recovery_action", {"action": action}, 1 if action == current else 0)
+        if current not in RECOVERY_ACTION_LABELS:
+            add(P + "recovery_action", {"action": current}, 1)
 
 
 # ---- pure: two readings -> events ---------------------------------------------------------------
@@ -247,6 +282,46 @@ def remap_changes(prev: RemappedRows | None, cur: RemappedRows | None) -> list[s
 def newly_lost(prev: GpuReading | None, cur: GpuReading) -> bool:
     """A GPU that answered at the previous poll and is lost now: one ``gpu_lost`` per loss."""
     return prev is not None and not prev.lost and cur.lost
+
+
+def recovery_action_change(prev: int | None, cur: int | None) -> tuple[str, str] | None:
+    """(previous, current) action names when the recovery action changed between two reads;
+    None when it did not, or either read has no value (the baseline, a driver without the field)."""
+    if prev is None or cur is None or prev == cur:
+        return None
+    return recovery_action_name(prev), recovery_action_name(cur)
+
+
+def _nvml_action(code: int) -> str:
+    name = RECOVERY_ACTIONS.get(code)
+    return f"{code} (NVML_GPU_RECOVERY_ACTION_{name.upper()})" if name else str(code)
+
+
+def recovery_action_events(prev: int, cur: GpuReading, now: dt.datetime, host: str | None) -> list[FaultEvent]:
+    """The events of a recovery-action change from ``prev`` to ``cur.recovery_action``: one
+    ``gpu_recovery_action``, and one ``gpu_reset_required`` when the new action is not none (see
+    the module docstring for their attrs). Empty when nothing changed."""
+    change = recovery_action_change(prev, cur.recovery_action)
+    if change is None or cur.recovery_action is None:
+        return []
+    was, action = change
+    raw = (f"nvmlDeviceGetFieldValues(gpu {cur.index}, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION "
+           f"[{NVML_FI_DEV_GET_GPU_RECOVERY_ACTION}]) = {_nvml_action(cur.recovery_action)}, was {_nvml_action(prev)}")
+    common = {"gpu": cur.index, "gpu_uuid": cur.uuid, "pci_bus_id": cur.pci_bus_id, "action": action,
+              "previous_action": was, "action_code": cur.recovery_action}
+
+    def event(kind: str, message: str, **attrs: Any) -> FaultEvent:
+        return FaultEvent(kind=kind, message=message, raw=raw, time=now, time_kind=TIME_WALL,
+                          raw_time=f"{now.timestamp():.6f}", host=host, source=SOURCE, device=cur.pci_bus_id,
+                          category=action, attrs=attrs)
+
+    out = [event(GPU_RECOVERY_ACTION, f"{_describe(cur)}: NVML recovery action {action} (was {was})",
+                 **common, previous_action_code=prev)]
+    if action != RECOVERY_NONE:
+        out.append(event(GPU_RESET_REQUIRED, f"{_describe(cur)} needs {action}: NVML recovery action {action} "
+                                             f"(was {was})",
+                         **common, status=None, status_name=None, location=None))
+    return out
 
 
 def _describe(r: GpuReading) -> str:
@@ -293,6 +368,8 @@ def events_between(prev: GpuReading | None, cur: GpuReading, now: dt.datetime, h
             changes=changes, correctable=b.correctable, uncorrectable=b.uncorrectable,
             correctable_delta=max(0, b.correctable - a.correctable),
             uncorrectable_delta=max(0, b.uncorrectable - a.uncorrectable), pending=b.pending, failure=b.failure))
+    if prev.recovery_action is not None:
+        out.extend(recovery_action_events(prev.recovery_action, cur, now, host))
     return out
 
 
@@ -312,8 +389,8 @@ class NvmlCollector:
     """The polled NVML collector (contract: :mod:`nodewarden.collectors.base`).
 
     ``hostname``: the ``host`` of events (default: this machine's name); ``clock``: the time of
-    events (seconds since the epoch). The previous poll of each GPU is kept in memory to turn
-    counter changes into events."""
+    events and of the recovery-action re-probe (seconds since the epoch). The previous poll of
+    each GPU is kept in memory to turn counter changes into events."""
 
     name = NAME
 
@@ -325,6 +402,10 @@ class NvmlCollector:
         self._identity: dict[int, tuple[str | None, str | None, str | None, int | None]] = {}
         self._busy = threading.Lock()
         self._init_error: str | None = None
+        # Recovery action: the last value read per GPU (events compare with it), and the GPUs
+        # whose driver lacks the field -> (why, clock time of the next probe).
+        self._last_action: dict[int, int] = {}
+        self._no_recovery_field: dict[int, tuple[str, float]] = {}
 
     # -- NVML lifetime ----------------------------------------------------------------------------
     def _ensure_init(self) -> bool:
@@ -348,7 +429,14 @@ class NvmlCollector:
             self._init_error = why
         return False
 
+    @property
+    def recovery_action_unsupported(self) -> dict[int, str]:
+        """GPU index -> why its recovery action is not read (the nvmlReturn name), for the
+        GPUs whose driver lacks ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``."""
+        return {i: why for i, (why, _) in self._no_recovery_field.items()}
+
     def _reset(self) -> None:
+        self._no_recovery_field.clear()  # a reloaded driver may have the field
         nv, self._nv = self._nv, None
         try:
             nv.nvmlShutdown()
@@ -383,7 +471,15 @@ class NvmlCollector:
                 if r is None:
                     continue
                 samples(r, snap)
-                snap.events.extend(events_between(self._prev.get(index), r, now, self.host))
+                prev = self._prev.get(index)
+                if prev is not None and prev.recovery_action != self._last_action.get(index):
+                    # the previous poll did not read it (an error): compare with the last value read
+                    prev = dataclasses.replace(prev, recovery_action=self._last_action.get(index))
+                snap.events.extend(events_between(prev, r, now, self.host))
+                if r.lost or index in self._no_recovery_field:
+                    self._last_action.pop(index, None)
+                elif r.recovery_action is not None:
+                    self._last_action[index] = r.recovery_action
                 self._prev[index] = r
             return snap
         finally:
@@ -415,6 +511,7 @@ class NvmlCollector:
                 log.warning("GPU %d: no NVML handle", index)
                 return None
             self._read_identity(r, q, h)
+            self._read_recovery_action(r, h)
             self._read_memory(r, q, h)
             self._read_links(r, q, h)
             reasons = q("nvmlDeviceGetCurrentClocksEventReasons", h)
@@ -441,6 +538,38 @@ class NvmlCollector:
         r.name = _text(name) if name is not None else None
         r.minor = int(minor) if minor is not None else None
         self._identity[r.index] = (r.uuid, r.pci_bus_id, r.name, r.minor)
+
+    def _read_recovery_action(self, r: GpuReading, h: Any) -> None:
+        """``r.recovery_action``: field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through
+        nvmlDeviceGetFieldValues (:func:`nodewarden.nvml.read_recovery_action`), an
+        nvmlDeviceGpuRecoveryAction_t. Raises _Lost when the call or the value answers
+        NVML_ERROR_GPU_IS_LOST. A driver without the field (:func:`~nodewarden.nvml.driver_lacks_field`)
+        leaves it None: logged once per GPU, asked again after RECOVERY_ACTION_REPROBE_SECONDS. Another
+        error leaves it None for this poll only (logged at debug level). A hung call blocks this
+        poll like any other NVML call: the agent's worker timeout and the busy lock of
+        :meth:`collect` bound it."""
+        now = self.clock()
+        known = self._no_recovery_field.get(r.index)
+        if known is not None and now < known[1]:
+            return
+        code, ret = read_recovery_action(self._nv, h)
+        if ret == NVML_ERROR_GPU_IS_LOST:
+            raise _Lost("nvmlDeviceGetFieldValues")
+        if code is not None:
+            if known is not None:
+                log.info("GPU %d: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers now", r.index)
+                del self._no_recovery_field[r.index]
+            r.recovery_action = code
+            return
+        why = return_name(ret)
+        if driver_lacks_field(ret):
+            if known is None:
+                log.info("GPU %d: the driver has no NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (%s): no "
+                         "nodewarden_gpu_recovery_action series; asked again every %gs",
+                         r.index, why, RECOVERY_ACTION_REPROBE_SECONDS)
+            self._no_recovery_field[r.index] = (why, now + RECOVERY_ACTION_REPROBE_SECONDS)
+        else:
+            log.debug("GPU %d: nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): %s", r.index, why)
 
     @staticmethod
     def _read_memory(r: GpuReading, q: Callable[..., Any], h: Any) -> None:

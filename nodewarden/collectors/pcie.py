@@ -21,6 +21,15 @@ series count, as in :mod:`nodewarden.validator.checks.links`. Series:
   ``nodewarden_pcie_link_width{pci_bus_id,which}`` (a width of 0, a link that is down, is 0).
 * ``nodewarden_pcie_device_info{pci_bus_id,vendor,device,class} 1``.
 * ``nodewarden_collector_unreadable_files{collector="pcie"}``.
+
+Events: a ``pcie_aer`` event (source ``sysfs``, ``attrs.via="sysfs"``) per function and
+severity whose error *records* rose since the previous poll (the ``TOTAL_ERR_*`` line: the
+kernel adds one per record it handled, in ``pci_dev_aer_stats_incr()`` of
+drivers/pci/pcie/aer.c, before it decides whether to print it). The first poll of a function is
+its baseline (no event); a count that went down (the function was removed and added again)
+starts a new baseline. These events are *candidates*: the same record is usually in the kernel
+log too, and the agent keeps only the records the log did not print
+(:mod:`nodewarden.agent.aer`), so that one error is one event.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ import re
 from pathlib import Path
 
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
+from nodewarden.events import PCIE_AER, FaultEvent
+from nodewarden.parsing.aer import LONG_NAMES  # the kernel's long error names (4.19-5.x) -> short ones
 from nodewarden.parsing.pci import normalize_pci
 from nodewarden.validator.checks.links import MELLANOX, NVIDIA, listdir, pcie_generation, pcie_width
 
@@ -37,19 +48,6 @@ NAME = "pcie"
 UNREADABLE = "nodewarden_collector_unreadable_files"
 VENDORS = (NVIDIA, MELLANOX)
 AER_FILES = (("aer_dev_correctable", "correctable"), ("aer_dev_fatal", "fatal"), ("aer_dev_nonfatal", "nonfatal"))
-# Long names printed before drivers/pci/pcie/aer.c switched to the short ones (the ABI
-# document's sample output) -> the short names printed since.
-LONG_NAMES = {
-    "Receiver Error": "RxErr", "Bad TLP": "BadTLP", "Bad DLLP": "BadDLLP", "RELAY_NUM Rollover": "Rollover",
-    "Replay Timer Timeout": "Timeout", "Advisory Non-Fatal": "NonFatalErr",
-    "Corrected Internal Error": "CorrIntErr", "Header Log Overflow": "HeaderOF",
-    "Data Link Protocol": "DLP", "Surprise Down Error": "SDES", "Poisoned TLP": "TLP",
-    "Flow Control Protocol": "FCP", "Completion Timeout": "CmpltTO", "Completer Abort": "CmpltAbrt",
-    "Unexpected Completion": "UnxCmplt", "Receiver Overflow": "RxOF", "Malformed TLP": "MalfTLP",
-    "Unsupported Request": "UnsupReq", "ACS Violation": "ACSViol",
-    "Uncorrectable Internal Error": "UncorrIntErr", "MC Blocked TLP": "BlockedTLP",
-    "AtomicOp Egress Blocked": "AtomicOpBlocked", "TLP Prefix Blocked Error": "TLPBlockedErr",
-}
 HELP = {
     "nodewarden_pcie_aer_errors_total": "PCIe AER errors reported by this function, by severity and error bit (sysfs aer_dev_*).",
     "nodewarden_pcie_link_generation": "PCIe link generation (1-7) from current/max_link_speed.",
@@ -58,6 +56,9 @@ HELP = {
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll.",
 }
 _LINE = re.compile(r"^(?P<name>\S(?:.*\S)?)\s+(?P<count>\d+)$")
+# aer_dev_* file severity -> the pcie_aer event's severity (the kernel-log events' words)
+EVENT_SEVERITY = {"correctable": "corrected", "nonfatal": "non_fatal", "fatal": "fatal"}
+TOTAL_LINE = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
 
 
 # ---- pure ------------------------------------------------------------------------------------
@@ -85,6 +86,42 @@ def parse_aer(text: str) -> tuple[dict[str, int], int]:
     return out, bad
 
 
+def parse_aer_total(text: str, severity: str) -> int | None:
+    """The record count of an ``aer_dev_*`` file: its ``TOTAL_ERR_COR`` / ``TOTAL_ERR_FATAL`` /
+    ``TOTAL_ERR_NONFATAL`` line (``severity`` ``correctable``/``fatal``/``nonfatal``), None when
+    the line is not there or not a count."""
+    want = TOTAL_LINE[severity]
+    for line in text.splitlines():
+        m = _LINE.match(line.strip())
+        if m and m.group("name") == want:
+            return int(m.group("count"))
+    return None
+
+
+def aer_rise(before: tuple[int | None, dict[str, int]] | None, now: tuple[int | None, dict[str, int]]
+             ) -> tuple[int, dict[str, int]] | None:
+    """(records, {error: rise}) between two readings ``(total, {error: count})`` of one
+    ``aer_dev_*`` file, or None: no earlier reading (a baseline), nothing rose, or a count went
+    down (the function was removed and added again: a new baseline). ``records`` is the
+    ``TOTAL_ERR_*`` rise; without that line, 1 when any error bit rose."""
+    if before is None:
+        return None
+    t0, c0 = before
+    t1, c1 = now
+    if t0 is not None and t1 is not None and t1 < t0:
+        return None
+    if any(c1.get(k, 0) < v for k, v in c0.items()):
+        return None
+    bits = {k: v - c0.get(k, 0) for k, v in c1.items() if v > c0.get(k, 0)}
+    if t0 is not None and t1 is not None:
+        records = t1 - t0
+    else:
+        records = 1 if bits else 0
+    if records <= 0:
+        return None
+    return records, bits
+
+
 def parse_hex(text: str | None) -> int | None:
     """``0x10de`` -> 0x10de; None or garbage -> None."""
     try:
@@ -110,9 +147,14 @@ class PcieCollector:
 
     def __init__(self, sysfs: str | Path = "/sys") -> None:
         self.sysfs = Path(sysfs)
+        # (pci_bus_id, aer file severity) -> (TOTAL_ERR_* or None, {error: count}): the last poll's
+        # readings (_aer) and this poll's (_seen)
+        self._aer: dict[tuple[str, str], tuple[int | None, dict[str, int]]] = {}
+        self._seen: dict[tuple[str, str], tuple[int | None, dict[str, int]]] = {}
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
+        self._seen = {}
         root = self.sysfs / "bus" / "pci" / "devices"
         r = SysfsReader()
         found = False
@@ -128,10 +170,31 @@ class PcieCollector:
                 r.unreadable += 1
         if found:
             snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
+        self._aer = self._seen  # a function gone this poll starts a new baseline when it is back
         return snap
 
-    @staticmethod
-    def _function(snap: Snapshot, r: SysfsReader, d: Path, pci: str, vendor: int) -> None:
+    def _aer_event(self, snap: Snapshot, pci: str, severity: str, vendor: int, device: str,
+                   reading: tuple[int | None, dict[str, int]]) -> None:
+        key = (pci, severity)
+        self._seen[key] = reading
+        rise = aer_rise(self._aer.get(key), reading)
+        if rise is None:
+            return
+        records, bits = rise
+        sev = EVENT_SEVERITY[severity]
+        # An uncorrected error on an NVIDIA function precedes a GPU falling off the bus (the
+        # nvidia driver has no AER recovery callbacks), as for the kernel-log pcie_aer events.
+        category = "gpu_lost_precursor" if vendor == NVIDIA and sev != "corrected" else sev
+        names = ", ".join(f"{k} +{v}" for k, v in sorted(bits.items())) or "no error bit"
+        snap.events.append(FaultEvent(
+            kind=PCIE_AER, source="sysfs", device=pci, category=category,
+            message=f"{pci}: {records} {sev} AER error record(s) counted in sysfs ({names})",
+            raw=f"{pci} aer_dev_{severity} {TOTAL_LINE[severity]} +{records}",
+            attrs={"pci_bus_id": pci, "severity": sev, "via": "sysfs", "count": records,
+                   "error_counts": dict(sorted(bits.items())), "vendor_id": vendor,
+                   "device_id": parse_hex(device)}))
+
+    def _function(self, snap: Snapshot, r: SysfsReader, d: Path, pci: str, vendor: int) -> None:
         bus = (("pci_bus_id", pci),)
         device, cls = r.text(d / "device") or "", r.text(d / "class") or ""
         snap.add("nodewarden_pcie_device_info", bus + (("vendor", f"0x{vendor:04x}"), ("device", device),
@@ -149,10 +212,13 @@ class PcieCollector:
         for fname, severity in AER_FILES:
             text = r.text(d / fname)
             if text is None:
+                if (pci, severity) in self._aer:  # unreadable this once: the last reading stays the baseline
+                    self._seen[(pci, severity)] = self._aer[(pci, severity)]
                 continue  # no AER capability, or a kernel before 4.19
             counts, bad = parse_aer(text)
             if bad:
                 r.unreadable += 1  # a line that is not '<error> <count>'
+            self._aer_event(snap, pci, severity, vendor, device, (parse_aer_total(text, severity), counts))
             for error, value in counts.items():
                 snap.add("nodewarden_pcie_aer_errors_total", bus + (("severity", severity), ("error", error)),
                          value, COUNTER, HELP["nodewarden_pcie_aer_errors_total"])

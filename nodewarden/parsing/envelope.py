@@ -11,7 +11,9 @@ detected per line:
   month names), RFC 3339 ``2025-01-07T21:16:59.312055+00:00 host kernel: ...``, RFC 5424 ``<34>1 ...``
 * ``journalctl`` short, short-precise, short-iso (``+0800``), short-monotonic and ``-o json``
 * ``<N>`` priority prefixes, a bare ``kernel:`` prefix, Talos ``host: kern: info: [ts]: msg``,
-  CRI container logs ``ts stdout F msg``, JSON agent wrappers (``msg``/``message``/``log`` keys)
+  CRI container logs ``ts stdout F msg``, JSON agent wrappers (``msg``/``message``/``log``/``line``
+  keys; when the wrapped text has its own envelope, its stamp is the record's time), a scanner's
+  ``line `` word before an envelope (gpud)
 """
 
 from __future__ import annotations
@@ -343,8 +345,28 @@ def parse_line(line: str, ctx: TimeContext | None = None) -> Record | None:
         m = _KMSG.match(raw)
         if m:
             return parse_kmsg_record(raw, ctx)
+    if raw.startswith(_TOOL_PREFIX):
+        rec = _tool_prefixed(raw, ctx)
+        if rec is not None:
+            return rec
     rec = Record(message=raw, raw=raw, fmt="bare")
     _parse_into(raw, rec, ctx)
+    return rec
+
+
+# A scanner's word before the kernel line it prints (gpud's ``line kern  :err   : <iso> ...``).
+_TOOL_PREFIX = "line "
+
+
+def _tool_prefixed(raw: str, ctx: TimeContext) -> Record | None:
+    """``line <envelope> <message>``: the record of the envelope after the tool's word (``fmt``
+    ``line+<envelope>``), or None when no envelope follows it (then the word is message text)."""
+    rest = raw[len(_TOOL_PREFIX):]
+    rec = Record(message=rest, raw=raw, fmt="bare")
+    _parse_into(rest, rec, ctx)
+    if rec.fmt == "bare" and rec.ident is None:
+        return None
+    rec.fmt = "line+" + rec.fmt
     return rec
 
 
@@ -411,6 +433,8 @@ def _parse_into(text: str, rec: Record, ctx: TimeContext) -> None:
                 rec.time_kind = TIME_WALL if rec.time else TIME_NONE
                 rec.message = text[m.end():]
                 return
+        if _dmesg_relative(text, pos, rec, fmt_parts, ctx):
+            return
     elif "0" <= ch <= "9":
         m = _ISO.match(text, pos)
         if m:
@@ -482,10 +506,61 @@ def _parse_into(text: str, rec: Record, ctx: TimeContext) -> None:
     # "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...", handled by ISO) is done here.
 
 
-def _parse_into_inner(rec: Record, ctx: TimeContext) -> None:
-    """Re-read a message that carries its own envelope (a kernel line inside a container log)."""
+# dmesg(1) stamps relative to the record before (util-linux dmesg.c print_record):
+# --reltime / -H prints "[Jan21 10:22] " (short_ctime, "%b%d %H:%M") when the minute changes and
+# "[  +0.000844] " ("[  %+8.06f] ", "[ %+9.06f] "; older builds "[%+8.06f]") otherwise;
+# --time-format=delta prints "[<    0.000844>] ", ctime or mono with a delta "[%s <%12.06f>] ".
+# A delta gives no time (time None, time_kind none, the delta kept as raw_time): summing deltas
+# from the last anchor is not done, since the anchor is printed to the minute only and a sum would
+# be off by up to 59 s. The anchor itself has the minute it prints (wall, year inferred).
+_DELTA = re.compile(r"\[\s*(\+\s*[0-9]{1,12}\.[0-9]{1,9}|<\s*[0-9]{1,12}\.[0-9]{1,9}>)\]\s?")
+_RELTIME = re.compile(r"\[([^\W\d_]{3,12}\.?)([0-9]{1,2}) ([0-9]{2}):([0-9]{2})\]\s?")
+_WITH_DELTA = re.compile(r"\[(?P<stamp>[^\]<]{1,40}?) <\s*[0-9]{1,12}\.[0-9]{1,9}>\]\s?")
+
+
+def _dmesg_relative(text: str, pos: int, rec: Record, fmt_parts: list[str], ctx: TimeContext) -> bool:
+    """Read a dmesg ``-H``/``--reltime`` or ``--time-format=delta`` stamp at ``pos`` into ``rec``
+    (``fmt`` ``dmesg_delta``, ``dmesg_reltime``, or the stamp's own with ``+delta``); False when
+    there is none."""
+    m = _DELTA.match(text, pos)
+    if m:
+        rec.fmt = "+".join(fmt_parts + ["dmesg_delta"])
+        rec.raw_time = m.group(1).replace(" ", "")
+        rec.time, rec.time_kind, rec.monotonic = None, TIME_NONE, None
+        rec.message = text[m.end():]
+        return True
+    m = _RELTIME.match(text, pos)
+    if m:
+        mon, day, h, mi = month_number(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4))
+        if mon and h < 24 and mi < 60:
+            rec.fmt = "+".join(fmt_parts + ["dmesg_reltime"])
+            rec.raw_time = text[pos + 1:m.end()].rstrip().rstrip("]")
+            rec.time = infer_year(mon, day, h, mi, 0, 0, ctx)
+            rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+            rec.message = text[m.end():]
+            return True
+    m = _WITH_DELTA.match(text, pos)
+    if m:  # "[<ctime or mono> <delta>]": the stamp without its delta
+        _parse_into(text[:pos] + "[" + m.group("stamp") + "] " + text[m.end():], rec, ctx)
+        if rec.fmt != "bare":
+            rec.fmt += "+delta"
+            return True
+    return False
+
+
+def _parse_into_inner(rec: Record, ctx: TimeContext, own_time: bool = False) -> None:
+    """Re-read a message that carries its own envelope (a kernel line inside a container log).
+
+    ``own_time``: the inner envelope's wall time, facility and level replace the wrapper's (a log
+    wrapper's time is when a tool read the line, the kernel's stamp is when it was printed); an
+    inner monotonic stamp that gives no wall time (boot time unknown) leaves the wrapper's time."""
     inner = Record(message=rec.message, raw=rec.raw, fmt="bare")
     _parse_into(rec.message, inner, ctx)
+    if own_time:
+        if inner.time is not None:
+            rec.time, rec.time_kind, rec.raw_time = inner.time, inner.time_kind, inner.raw_time
+        rec.facility = inner.facility or rec.facility
+        rec.level = inner.level or rec.level
     if inner.fmt != "bare" or inner.ident is not None:
         rec.message = inner.message
         rec.monotonic = inner.monotonic if inner.monotonic is not None else rec.monotonic
@@ -593,7 +668,7 @@ def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
             rec.ident = ident
             rec.kernel = ident == "kernel"
             break
-    _parse_into_inner(rec, ctx)
+    _parse_into_inner(rec, ctx, own_time=True)
     return rec
 
 
@@ -606,7 +681,7 @@ def _text(value: Any) -> str | None:
 
 
 def _find_message(obj: dict[str, Any], depth: int = 0) -> str | None:
-    for key in ("message", "msg", "log", "MESSAGE"):
+    for key in ("message", "msg", "log", "MESSAGE", "line"):  # "line": gpud's scanner log
         v = obj.get(key)
         if isinstance(v, str) and ("NVRM" in v or "Xid" in v or "EDAC" in v or "mce" in v or "mlx" in v):
             return v.rstrip("\n")

@@ -20,14 +20,25 @@ from typing import Iterator
 # that the scanned file gives the events of a loop over every line, on the real cases too. The
 # scan finds keywords anywhere (a quoted fault too): the parsers decide where a message starts.
 KEYWORDS: tuple[bytes, ...] = (
-    b"Xid",                    # Xid lines, unparsed Xid mentions, the device plugin's XidCriticalError
+    b"Xid",                    # Xid lines, NVSwitch SXid lines, unparsed Xid mentions, XidCriticalError
     b"NVRM: GPU at",           # PCI -> UUID map
     b"NVRM: The NVIDIA GPU",   # text-only Xid 79, first line
     b"fallen off the bus",     # text-only Xid 79, last line and one-line forms
     b"NVRM: loading NVIDIA",   # driver load: per-GPU rate limits start afresh
     b"NVRM: Rate limiting",    # sampled GSP RPC Xids
+    b"Assertion failed",       # NVRM assertions: reset-required (NV_ERR_RESET_REQUIRED) and driver_assertion
     b"EDAC",                   # EDAC error lines and their machine-check decode
     b"mce: [Hardware Error]",  # machine-check records
+    b"Hardware Error",         # GHES/CPER records "{N}[Hardware Error]: ...", the AMD MCA decoder
+    b"AER",                    # PCIe AER records and recovery lines (drivers/pci/pcie/aer.c, err.c)
+    b"Bus Error",              # "PCIe Bus Error:" where the kernel prints no "AER:"
+    b"error status/mask",      # its "device [vvvv:dddd] error status/mask=" line
+    b":    [",                 # its error bit lines "<drv> <bdf>:    [14] CmpltTO" (v4.x+; v3.x ":  [")
+    b":  [",
+    b"TLP Header",
+    b"Error of this Agent",
+    b"link has been reset",    # aer_root_reset / the downstream-port reset, older kernels without "AER:"
+    b"aer_",                   # pci_print_aer: aer_status/aer_layer/aer_uncor_severity (firmware-first)
     b"Port: ",                 # IB core port state
     b": Link up",              # mlx5 netdev carrier
     b": Link down",

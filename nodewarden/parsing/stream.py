@@ -7,7 +7,29 @@ need across lines of one stream (one file, one /dev/kmsg, one host):
   one event per record;
 * the text-only "fallen off the bus" Xid 79 may come split over separate syslog lines, and may
   be printed together with an ``Xid ...: 79`` line for the same GPU: counted once;
-* ``NVRM: GPU at PCI:... GPU-<uuid>`` lines map PCI bus ids to GPU UUIDs.
+* ``NVRM: GPU at PCI:... GPU-<uuid>`` lines map PCI bus ids to GPU UUIDs;
+* an NVSwitch SXid error is up to four lines (description, ``Severity N ...``, ``Data {...}``):
+  one ``sxid`` event per error (:mod:`nodewarden.parsing.sxid`), held until its lines are in;
+* a kernel record printed twice through two envelopes (a scanner's plain line and its JSON
+  log of the same line: same host, message and stamp, another ``fmt``) counts once.
+
+PCIe and firmware-first errors are multi-line records too, held until they end (:meth:`KernelLogParser.flush`
+and :meth:`~KernelLogParser.pending_seqs` include them):
+
+* a PCIe AER error record (:mod:`nodewarden.parsing.aer`: ``received`` line, ``PCIe Bus Error``
+  block, bits, TLP header) is one ``pcie_aer`` event per block; an uncorrected one is held for its
+  recovery lines (``pcie_aer_recovery`` events, released with it; the functions that could not
+  recover become its ``affected_devices``) up to ``device recovery failed/successful``;
+* a GHES record (:mod:`nodewarden.parsing.ghes`) is grouped by its ``{N}`` (other lines come
+  between); its memory and PCIe sections become ``cpu_ecc``/``pcie_aer`` events (``via="ghes"``);
+* an AMD MCA decode (:func:`nodewarden.parsing.mce.parse_amd_line`) ends at its ``cache level:``
+  line: a memory controller's is a ``cpu_ecc`` event (``via="mca"``), any other bank's an ``mce``;
+* one error printed two ways is one event: the EDAC line after an AMD UMC decode or a GHES memory
+  section takes their fields; the AER driver's ``pci_print_aer`` lines after a GHES PCIe section
+  fold into that section's event. ghes_edac's EDAC line may also come before its GHES record
+  (``ghes_proc_in_irq`` reports, then prints; ``ghes_proc`` prints, then reports): such a line is
+  held (:meth:`~KernelLogParser.pending_seqs` names it) until a GHES record of the same error
+  released within the window gives it its fields, else until the window passes or :meth:`flush`.
 
 Only the kernel makes a fault: each record is read from where its driver message starts
 (:func:`nodewarden.parsing.lines.driver_message`); fault text anywhere else (quoted by another
@@ -21,17 +43,31 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime as dt
 import re
 from typing import Any, Iterable, Iterator
 
 from nodewarden import events as ev
 from nodewarden.events import FaultEvent
 from nodewarden.parsing import edac, ib, mce, xid
+from nodewarden.parsing import aer, ghes
+from nodewarden.parsing import sxid
 from nodewarden.parsing.envelope import Record, TimeContext, parse_line
 from nodewarden.parsing.lines import LINE_END_RE, driver_message, split_lines
 
 # Cheap substring tests before any regex: a record that has none of these is not a fault line.
 TRIGGERS = ("NVRM", "Xid", "EDAC", "mce: ", "Port: ", "mlx", "fallen off the bus")
+# PCIe AER lines (the bit lines carry no word: the device prefix's ": " and their indent), GHES
+# records and the AMD MCA decoder ("[Hardware Error]: ...").
+TRIGGERS += ("AER", "Bus Error", "status/mask", ":    [", ":  [", "TLP Header", "Error of this Agent",
+             "link has been reset", "aer_", "Hardware Error")
+# An AER record's recovery lines, a GHES record's lines and the EDAC line after it, an AMD MCA
+# decode's lines and the EDAC line it causes come within this of each other (or these many
+# records, for lines without a time stamp: dmesg -H deltas).
+FIRMWARE_WINDOW_S = 2.0
+AER_WINDOW_RECORDS = 64
+GHES_WINDOW_RECORDS = 32
+MCA_WINDOW_RECORDS = 16
 
 # Two reports of one Xid 79 (the text-only form and the Xid line) closer than this are one event.
 XID79_WINDOW_S = 60.0
@@ -51,6 +87,44 @@ def _category(code: int) -> str | None:
     except ImportError:  # pragma: no cover - the catalog ships with the package
         return None
     return catalog.group_of(code)
+
+
+@dataclasses.dataclass
+class _AerGroup:
+    """One PCIe AER error record being assembled on one host (:meth:`KernelLogParser._aer_line`):
+    its ``received`` line, one ``pcie_aer`` event per ``PCIe Bus Error`` block, the block detail
+    lines fold into (``current``) and, for an uncorrected error, the recovery events after it."""
+
+    events: list[FaultEvent] = dataclasses.field(default_factory=list)
+    received: dict[str, Any] | None = None
+    rx_rec: Record | None = None
+    rx_used: bool = False
+    current: FaultEvent | None = None
+    uncorrected: bool = False
+    affected: list[str] = dataclasses.field(default_factory=list)  # functions that could not recover
+    nvidia: bool = False  # one of them is the NVIDIA driver's
+    t: float | None = None  # seconds of the last line
+    index: int = 0  # record index of the last line
+    seqs: set[int] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass
+class _Held:
+    """A GHES record (``data``: :class:`ghes.GhesRecord`) or an AMD MCA decode (``data``: its
+    folded fields) whose lines are still coming: first record, raw lines, last line's time and
+    index, kmsg seqs; the GHES sections another event took, whether an EDAC line took the decode;
+    the record index of the first line. A ghes_edac line waiting for its GHES record (``data``: its
+    ``cpu_ecc`` event) is held the same way."""
+
+    rec: Record
+    raws: list[str]
+    data: Any
+    t: float | None = None
+    index: int = 0
+    seqs: set[int] = dataclasses.field(default_factory=set)
+    taken: set[int] = dataclasses.field(default_factory=set)
+    merged: bool = False
+    start: int = 0
 
 
 @dataclasses.dataclass
@@ -87,6 +161,18 @@ class KernelLogParser:
         # EDAC drivers print their decode of the machine check before the "N CE/UE ... on <label>"
         # line it causes: (host, mc) -> (fields, seconds, record index).
         self._edac_mce: dict[tuple[str | None, int], tuple[dict[str, Any], float | None, int]] = {}
+        # Multi-line records still open: a PCIe AER error record and its recovery (by host), a GHES
+        # record (by host and {seq}), an AMD MCA decode (by host). Released in order, together.
+        self._aer: dict[str | None, _AerGroup] = {}
+        self._ghes: dict[tuple[str | None, int], _Held] = {}
+        self._mca: dict[str | None, _Held] = {}
+        # ghes_edac lines printed before their GHES record (ghes_proc_in_irq prints in that order):
+        # (host, held EDAC event), oldest first; a GHES record released within the window takes one.
+        self._edac_wait: list[tuple[str | None, _Held]] = []
+        # NVSwitch SXid errors whose lines are still coming (sxid.SxidGroups), and the kernel records
+        # read so far by (host, message, stamp) -> envelopes seen (a record re-printed through another).
+        self._sxid = sxid.SxidGroups()
+        self._envelopes: dict[tuple[Any, ...], dict[str, int]] = {}
 
     # -- public API ------------------------------------------------------------------------
     def feed(self, rec: Record) -> list[FaultEvent]:
@@ -102,6 +188,9 @@ class KernelLogParser:
         msg = rec.message
         out: list[FaultEvent] = []
         if not any(t in msg for t in TRIGGERS):
+            if self._aer or self._ghes or self._mca or self._edac_wait:  # a held record ends past its window
+                out = self._expire_held(rec)
+                self.stats.events += len(out)
             return out
         if rec.ident not in (None, "kernel") or (rec.fmt in ("journal_json", "golog") and not rec.kernel):
             # A daemon quoting a kernel line (mcelog, NPD, a device plugin) is not the kernel.
@@ -114,6 +203,9 @@ class KernelLogParser:
             else:
                 self.stats.skipped_non_kernel += 1
             self.stats.events += len(out)
+            return out
+        if self._reprinted(rec):
+            self.stats.duplicates_suppressed += 1
             return out
         try:
             text = driver_message(msg, bare=rec.fmt in _NO_ENVELOPE)
@@ -147,18 +239,22 @@ class KernelLogParser:
 
     def pending_seqs(self) -> tuple[int, ...]:
         """Sequence numbers (kmsg ``seq``) of the records that began events still held: an MCE
-        record waiting for its last line, the first half of a split text-only Xid 79. A reader
-        that persists a cursor must not count those records as done."""
+        record waiting for its last line, the first half of a split text-only Xid 79, the first
+        line of an SXid error still open. A reader that persists a cursor must not count those
+        records as done."""
         seqs: set[int] = set()
         if self._pending_mce is not None and self._pending_mce.attrs.get("seq") is not None:
             seqs.add(int(self._pending_mce.attrs["seq"]))
         for rec, _fields, _idx in self._pending_fallen.values():
             if rec.seq is not None:
                 seqs.add(rec.seq)
+        seqs.update(g.first.seq for g in self._sxid.pending() if g.first.seq is not None)
+        seqs |= self._held_seqs()  # AER records and their recovery, GHES records, AMD MCA decodes
         return tuple(sorted(seqs))
 
     def flush(self) -> list[FaultEvent]:
-        """Events still held (an MCE record without its last line, a split Xid 79)."""
+        """Events still held (an MCE record without its last line, a split Xid 79, the NVSwitch
+        SXid errors whose lines may still come)."""
         out: list[FaultEvent] = []
         if self._pending_mce is not None:
             out.append(self._pending_mce)
@@ -167,6 +263,8 @@ class KernelLogParser:
             # "The NVIDIA GPU ... " never followed by "fallen off the bus": not an Xid 79.
             out.append(self._unparsed(rec, "xid79", "text-only Xid 79 start without its end"))
             del self._pending_fallen[host]
+        out.extend(self._sxid_event(g) for g in self._sxid.flush())
+        out.extend(self._release_all())  # AER, GHES and AMD MCA records
         self.stats.events += len(out)
         return out
 
@@ -181,9 +279,13 @@ class KernelLogParser:
         """Parse ``msg`` (the driver's message of ``rec``). True when a parser understood it
         (an event, or a line the stream keeps state from); False leaves it to :meth:`feed`."""
         host = rec.host or self.host
+        if self._aer or self._ghes or self._mca or self._edac_wait:
+            out.extend(self._expire_held(rec))
         c = msg[:1]
         if c == "N":
             return msg.startswith("NVRM") and self._nvrm(rec, msg, host, out)
+        if c == "n" and msg.startswith("nvidia-nvswitch"):
+            return self._sxid_line(rec, msg, host, out)
         if c == "m" and msg.startswith("mce: "):
             head = mce.parse_mce_head(msg)
             if head is not None:
@@ -213,9 +315,33 @@ class KernelLogParser:
                     return True
                 return False
             fields.update(self._take_edac_mce(host, fields["mc"], rec))
+            merged = self._merge_firmware_first(host, fields, rec)
             device = f"mc{fields['mc']}/{fields['label']}"
-            out.append(self._event(rec, ev.CPU_ECC, device=device, attrs=fields, category=fields["type"]))
+            e = self._event(rec, ev.CPU_ECC, device=device, attrs=fields, category=fields["type"])
+            if merged or not edac.from_ghes_edac(fields):
+                out.append(e)
+            else:  # ghes_edac's line: its GHES record may follow (ghes_proc_in_irq order); held for it
+                held = _Held(rec=rec, raws=[rec.raw], data=e, start=self._index)
+                self._touch(held, rec)
+                self._edac_wait.append((host, held))
             return True
+        if c == "{":
+            line = ghes.parse_line(msg)
+            if line is not None:
+                self._ghes_line(rec, host, *line, out)
+                return True
+            return False
+        if c == "[" and msg.startswith("[Hardware Error]"):
+            amd = mce.parse_amd_line(msg)
+            if amd is not None:
+                self._mca_line(rec, host, *amd, out)
+                return True
+            return False
+        if "AER" in msg or ":  " in msg or "Bus Error" in msg or "aer_" in msg or "link has been reset" in msg:
+            line_aer = aer.parse_line(msg)
+            if line_aer is not None:
+                self._aer_line(rec, host, *line_aer, out)
+                return True
         if "Port: " in msg:
             fields = ib.parse_ib_port(msg)
             if fields is not None:
@@ -260,6 +386,8 @@ class KernelLogParser:
                 self._contained[(host, pci, code)] = (e, _seconds(rec), self._index)
             out.append(e)
             return True
+        if "Assertion failed" in msg and self._nvrm_assertion(rec, msg, out):
+            return True
         limited = xid.parse_rate_limit(msg) if "Rate limiting" in msg else None
         if limited is not None:
             self._sampled[(host, limited[0])] = limited[1]
@@ -294,6 +422,370 @@ class KernelLogParser:
             self._pending_fallen[host] = (rec, {"pci_bus_id": normalize_pci(start.group("pci")),
                                                 "pci_ids": start.group("ids")}, self._index)
             return True
+        return False
+
+    def _sxid_line(self, rec: Record, msg: str, host: str | None, out: list[FaultEvent]) -> bool:
+        """One NVSwitch SXid line: folded into its error (:class:`sxid.SxidGroups`); the errors it
+        closes become ``sxid`` events. False when ``msg`` is no SXid line."""
+        line = sxid.parse_sxid_line(msg)
+        if line is None:
+            return False
+        key = (host, line["switch"], line["pci_bus_id"], line["sxid"])
+        out.extend(self._sxid_event(g) for g in self._sxid.add(key, line, rec, rec.raw, _seconds(rec)))
+        return True
+
+    def _sxid_event(self, group: sxid.SxidGroup) -> FaultEvent:
+        """The ``sxid`` event of one folded error: device = switch PCI id, code = SXid, category =
+        severity; time, seq and message of its first line, the raw text of all its lines."""
+        attrs = group.attrs()
+        e = self._event(group.first, ev.SXID, code=attrs["sxid"], device=attrs["pci_bus_id"], attrs=attrs,
+                        category=attrs["severity"])
+        e.raw = "\n".join(group.raws)
+        return e
+
+    def _reprinted(self, rec: Record) -> bool:
+        """Is ``rec`` a kernel record this stream has already read through another envelope (a
+        scanner printing the kernel line plain and again inside its JSON log)? Same host, same
+        message, same stamp (to the microsecond; the kernel's monotonic stamp when there is one),
+        a different ``fmt``: each such record pairs with one record of the other envelope. Two
+        identical records of one envelope stay two."""
+        if rec.monotonic is not None:
+            stamp: tuple[str, int] = ("m", round(rec.monotonic * 1e6))
+        elif rec.time is not None:
+            stamp = ("w", (rec.time - _EPOCH) // _MICROSECOND)
+        else:
+            return False
+        key = (rec.host or self.host, rec.message.strip(), stamp)
+        seen = self._envelopes.get(key)
+        if seen is None:
+            if len(self._envelopes) >= _ENVELOPES_KEPT:
+                del self._envelopes[next(iter(self._envelopes))]
+            self._envelopes[key] = {rec.fmt: 1}
+            return False
+        mine = seen.get(rec.fmt, 0)
+        seen[rec.fmt] = mine + 1
+        return any(n > mine for fmt, n in seen.items() if fmt != rec.fmt)
+
+    def _nvrm_assertion(self, rec: Record, msg: str, out: list[FaultEvent]) -> bool:
+        """``NVRM: nvAssert...Failed...: Assertion failed: ...``: a ``gpu_reset_required`` event when
+        it carries ``NV_ERR_RESET_REQUIRED``, else a ``driver_assertion`` event."""
+        fields = xid.parse_assertion(msg)
+        if fields is None:
+            return False
+        if fields.get("status_name") == "NV_ERR_RESET_REQUIRED" or fields.get("status") == xid.NV_ERR_RESET_REQUIRED:
+            fields.update(action="gpu_reset", pci_bus_id=None)
+            out.append(self._event(rec, ev.GPU_RESET_REQUIRED, attrs=fields, category="gpu_reset"))
+        else:
+            out.append(self._event(rec, ev.DRIVER_ASSERTION, attrs=fields, category="driver_assertion"))
+        return True
+
+    # -- PCIe AER, GHES and AMD MCA records (aer.py, ghes.py, mce.py) ----------------------------
+    def _near(self, held: _AerGroup | _Held, rec: Record, records: int) -> bool:
+        """Is ``rec`` within the firmware window of the held record's last line (by time, else by
+        record count)?"""
+        t = _seconds(rec)
+        if t is not None and held.t is not None:
+            return abs(t - held.t) <= FIRMWARE_WINDOW_S
+        return self._index - held.index <= records
+
+    def _touch(self, held: _AerGroup | _Held, rec: Record) -> None:
+        t = _seconds(rec)
+        held.t = t if t is not None else held.t
+        held.index = self._index
+        if rec.seq is not None:
+            held.seqs.add(rec.seq)
+
+    def _expire_held(self, rec: Record) -> list[FaultEvent]:
+        """Release the held records ``rec`` cannot belong to: past their window, or (a corrected
+        AER record, which no recovery follows) ``rec`` is no AER line."""
+        out: list[FaultEvent] = []
+        for host, g in list(self._aer.items()):
+            if not self._near(g, rec, AER_WINDOW_RECORDS) or (
+                    not g.uncorrected and aer.parse_line(driver_message(rec.message)) is None):
+                out.extend(self._release_aer(host))
+        for key, h in list(self._ghes.items()):
+            if not self._near(h, rec, GHES_WINDOW_RECORDS):
+                out.extend(self._release_ghes(key))
+        for host, h in list(self._mca.items()):
+            if not self._near(h, rec, MCA_WINDOW_RECORDS):
+                out.extend(self._release_mca(host))
+        for item in list(self._edac_wait):  # after the GHES records: a record released above takes its line
+            host, h = item
+            if not self._near(h, rec, GHES_WINDOW_RECORDS) and not self._ghes_may_follow(host, h):
+                self._edac_wait.remove(item)
+                out.append(h.data)
+        return out
+
+    def _held_seqs(self) -> set[int]:
+        seqs: set[int] = set()
+        for held in (*self._aer.values(), *self._ghes.values(), *self._mca.values(),
+                     *(h for _host, h in self._edac_wait)):
+            seqs |= held.seqs
+        return seqs
+
+    def _release_all(self) -> list[FaultEvent]:
+        out: list[FaultEvent] = []
+        for host in list(self._aer):
+            out.extend(self._release_aer(host))
+        for key in list(self._ghes):
+            out.extend(self._release_ghes(key))
+        for host in list(self._mca):
+            out.extend(self._release_mca(host))
+        out.extend(h.data for _host, h in self._edac_wait)  # the ghes_edac lines no GHES record took
+        self._edac_wait.clear()
+        return out
+
+    def _aer_line(self, rec: Record, host: str | None, kind: str, f: dict[str, Any], out: list[FaultEvent]) -> None:
+        """Fold one AER line (:func:`aer.parse_line`) into the host's open record, or start one.
+
+        A record is the ``received`` line, one ``pcie_aer`` event per ``PCIe Bus Error`` block
+        (several when ``Multiple`` errors were collected), their detail lines, and, for an
+        uncorrected error, the recovery lines up to ``device recovery failed/successful``."""
+        g = self._aer.get(host)
+        if g is not None and not self._near(g, rec, AER_WINDOW_RECORDS):
+            out.extend(self._release_aer(host))
+            g = None
+        if kind == "recovery":
+            attrs = {k: f[k] for k in ("outcome", "driver", "port", "reset_status") if k in f}
+            attrs["pci_bus_id"] = f["pci"]
+            e = self._event(rec, ev.PCIE_AER_RECOVERY, device=f["pci"], attrs=attrs, category=aer.recovery_category(f))
+            if g is None or not g.uncorrected:
+                out.append(e)
+                return
+            g.events.append(e)
+            g.current = None
+            if f["outcome"] == "no_error_detected_callback":
+                g.affected.append(f["pci"])
+                g.nvidia = g.nvidia or f["driver"] == "nvidia"
+            self._touch(g, rec)
+            if f["outcome"] in ("recovered", "recovery_failed"):  # pcie_do_recovery's last line
+                out.extend(self._release_aer(host))
+            return
+        if kind == "received":
+            if g is not None:
+                out.extend(self._release_aer(host))
+            g = self._aer[host] = _AerGroup(received=f, rx_rec=rec, uncorrected=f["severity"] != "corrected")
+        elif kind == "bus_error":
+            if g is not None and (g.received is None or (g.current is None and g.events)):  # another record
+                out.extend(self._release_aer(host))
+                g = None
+            if g is None:
+                g = self._aer[host] = _AerGroup()
+            start = g.rx_rec if g.rx_rec is not None and not g.rx_used else rec
+            e = self._event(start, ev.PCIE_AER, device=f["pci"], attrs=aer.new_record(f, g.received))
+            if start is not rec:
+                e.raw += "\n" + rec.raw
+            g.rx_used = g.received is not None
+            g.events.append(e)
+            g.current = e
+            g.uncorrected = g.uncorrected or f["severity"] != "corrected"
+        elif kind == "aer_status":  # pci_print_aer: a firmware-first error, after its GHES record
+            if g is not None:
+                out.extend(self._release_aer(host))
+            e = self._take_ghes_pcie(host, f["pci"], rec)
+            if e is None:
+                attrs = aer.new_record(None, None, via="ghes")
+                attrs.update(pci_bus_id=f["pci"], driver=f["driver"])
+                e = self._event(rec, ev.PCIE_AER, device=f["pci"], attrs=attrs)
+            else:
+                e.raw += "\n" + rec.raw
+                e.attrs["driver"] = f["driver"]
+            aer.fold(e.attrs, kind, f)
+            g = self._aer[host] = _AerGroup(events=[e], current=e,
+                                            uncorrected=e.attrs.get("severity") not in (None, "corrected"))
+        elif kind == "no_details":
+            if g is None or g.rx_rec is None or g.rx_used:
+                return  # the port's note, nothing to fold it into
+            g.received = dict(g.received or {}, details_found=False)
+            g.rx_rec = dataclasses.replace(g.rx_rec, raw=g.rx_rec.raw + "\n" + rec.raw)
+        else:  # device, bit, tlp, reported_first, aer_layer, aer_uncor_severity: the last block's detail
+            cur = g.current if g is not None else None
+            if g is None or cur is None or cur.attrs.get("pci_bus_id") != f["pci"]:
+                out.append(self._unparsed(rec, "aer", f"AER {kind} line without its PCIe Bus Error line"))
+                return
+            aer.fold(cur.attrs, kind, f)
+            cur.raw += "\n" + rec.raw
+            if kind == "aer_uncor_severity":
+                g.uncorrected = True
+        self._touch(g, rec)
+
+    def _release_aer(self, host: str | None) -> list[FaultEvent]:
+        """The events of the host's open AER record, completed (:func:`aer.finish`): a received
+        line no block followed is an event of its own (``found no error details``)."""
+        g = self._aer.pop(host)
+        events = g.events
+        if g.received is not None and g.rx_rec is not None and not g.rx_used:
+            attrs = aer.new_record(None, g.received)
+            events.insert(0, self._event(g.rx_rec, ev.PCIE_AER, device=attrs["pci_bus_id"], attrs=attrs))
+        for e in events:
+            if e.kind == ev.PCIE_AER:
+                if g.affected:
+                    e.attrs["affected_devices"] = list(dict.fromkeys(g.affected))
+                e.category = aer.finish(e.attrs, g.nvidia)
+        return events
+
+    def _ghes_line(self, rec: Record, host: str | None, seq: int, kind: str, f: dict[str, Any],
+                   out: list[FaultEvent]) -> None:
+        """Fold one ``{seq}[Hardware Error]:`` line into its record (grouped by ``{seq}``: other
+        lines may come between)."""
+        key = (host, seq)
+        h = self._ghes.get(key)
+        if h is not None and (kind == "header" or not self._near(h, rec, GHES_WINDOW_RECORDS)):
+            out.extend(self._release_ghes(key))
+            h = None
+        if h is None:
+            h = self._ghes[key] = _Held(rec=rec, raws=[rec.raw], data=ghes.GhesRecord(seq), start=self._index)
+        else:
+            h.raws.append(rec.raw)
+        h.data.add(kind, f)
+        self._touch(h, rec)
+
+    def _ghes_events(self, h: _Held, only: str | None = None) -> list[tuple[int, FaultEvent]]:
+        """The events of a GHES record's memory and PCIe sections not taken yet: (section, event)."""
+        rec = dataclasses.replace(h.rec, raw="\n".join(h.raws))
+        out: list[tuple[int, FaultEvent]] = []
+        for kind, i, attrs in ghes.section_events(h.data):
+            if i in h.taken or (only is not None and kind != only):
+                continue
+            if kind == ev.CPU_ECC:
+                out.append((i, self._event(rec, ev.CPU_ECC, device=attrs["label"], attrs=attrs, category=attrs["type"])))
+            else:
+                out.append((i, self._event(rec, ev.PCIE_AER, device=attrs["pci_bus_id"], attrs=attrs)))
+        return out
+
+    def _release_ghes(self, key: tuple[str | None, int]) -> list[FaultEvent]:
+        h = self._ghes.pop(key)
+        if not h.data.has_header:
+            rec = dataclasses.replace(h.rec, raw="\n".join(h.raws))
+            return [self._unparsed(rec, "ghes", "GHES record lines without the record's first line")]
+        host = key[0]
+        events: list[FaultEvent] = []
+        for _i, e in self._ghes_events(h):
+            if e.kind == ev.PCIE_AER:
+                e.category = aer.finish(e.attrs)
+            elif e.kind == ev.CPU_ECC:
+                waiting = self._waiting_edac(host, h, e)
+                if waiting is not None:  # the ghes_edac line printed before this record: one error
+                    _fold_ghes_memory(waiting.attrs, e.attrs)
+                    self.stats.duplicates_suppressed += 1
+                    e = waiting
+            events.append(e)
+        return events
+
+    def _paired(self, a: _Held, b_t: float | None, b_index: int) -> bool:
+        """Is a line at ``b_t`` (seconds) / ``b_index`` (record index) within the firmware window
+        of the held line ``a`` (by time, else by record count)?"""
+        if a.t is not None and b_t is not None:
+            return abs(b_t - a.t) <= FIRMWARE_WINDOW_S
+        return abs(b_index - a.index) <= GHES_WINDOW_RECORDS
+
+    def _waiting_edac(self, host: str | None, g: _Held, section: FaultEvent) -> FaultEvent | None:
+        """The oldest held ghes_edac event of ``host`` that is the same error as the GHES memory
+        section ``section`` of record ``g`` (:func:`ghes.same_memory_error`) and was printed within
+        the window of the record's first line; taken off the wait list. None when there is none."""
+        for item in self._edac_wait:
+            w_host, w = item
+            if (w_host == host and self._paired(w, _seconds(g.rec), g.start)
+                    and ghes.same_memory_error(w.data.attrs, section.attrs, g.data.severity)):
+                self._edac_wait.remove(item)
+                return w.data
+        return None
+
+    def _ghes_may_follow(self, host: str | None, w: _Held) -> bool:
+        """Is a GHES record of ``host`` that began within the window of the held ghes_edac line
+        ``w`` still open (its memory section may be that line's error)?"""
+        return any(g_host == host and g.data.has_header and self._paired(w, _seconds(g.rec), g.start)
+                   for (g_host, _seq), g in self._ghes.items())
+
+    def _take_ghes_pcie(self, host: str | None, pci: str, rec: Record) -> FaultEvent | None:
+        """The event of a held GHES record's PCIe section for ``pci``, taken out of the record:
+        the AER driver's ``pci_print_aer`` lines that follow are the same error."""
+        for (h_host, _seq), h in reversed(list(self._ghes.items())):
+            if h_host != host or not self._near(h, rec, GHES_WINDOW_RECORDS):
+                continue
+            for i, e in self._ghes_events(h, only=ev.PCIE_AER):
+                if e.attrs.get("pci_bus_id") == pci:
+                    h.taken.add(i)
+                    return e
+        return None
+
+    def _mca_line(self, rec: Record, host: str | None, kind: str, f: dict[str, Any], out: list[FaultEvent]) -> None:
+        """Fold one AMD MCA decoder line into the host's decode. The decode starts with the
+        severity words (or, older decoders, the ``MCn_STATUS`` line) and ends with its
+        ``cache level:``/``internal:`` line."""
+        h = self._mca.get(host)
+        if h is not None and not self._near(h, rec, MCA_WINDOW_RECORDS):
+            out.extend(self._release_mca(host))
+            h = None
+        if kind == "status_text" or (kind == "status" and (h is None or "status" in h.data)):
+            if h is not None:
+                out.extend(self._release_mca(host))
+            h = self._mca[host] = _Held(rec=rec, raws=[rec.raw], data=dict(f))
+        elif h is None:
+            out.append(self._unparsed(rec, "mca", "AMD MCA decode line without its MCn_STATUS line"))
+            return
+        else:
+            h.data.update(f)
+            h.raws.append(rec.raw)
+        self._touch(h, rec)
+        if kind == "err_code":  # amd_decode_err_code: the decode's last line
+            out.extend(self._release_mca(host))
+
+    def _release_mca(self, host: str | None) -> list[FaultEvent]:
+        """The event of the host's AMD MCA decode, unless an EDAC line took it: a DRAM error of a
+        memory controller is a ``cpu_ecc`` event (``via="mca"``), any other bank an ``mce``."""
+        h = self._mca.pop(host)
+        if h.merged:
+            return []
+        f = h.data
+        rec = dataclasses.replace(h.rec, raw="\n".join(h.raws))
+        if "status" not in f:
+            return [self._unparsed(rec, "mca", "AMD MCA decode without its MCn_STATUS line")]
+        st = mce.decode_amd_status(f["status"], f.get("family"), f.get("flags"))
+        device = f"cpu{f['cpu']}/bank{f['bank']}" if f.get("cpu") is not None else f"bank{f['bank']}"
+        if mce.amd_is_memory(f):
+            attrs = {"type": st["type"], "count": 1, "via": "mca", **_mca_fields(f), "address": f.get("addr")}
+            return [self._event(rec, ev.CPU_ECC, device=device, attrs=attrs, category=st["type"])]
+        attrs = {"cpu": f.get("cpu"), "bank": f["bank"], "status": f["status"], **st, "flags": f["flags"], "via": "mca"}
+        for k, name in _MCA_MCE_KEYS:
+            if k in f:
+                attrs[name] = f[k]
+        return [self._event(rec, ev.MCE, device=device, attrs=attrs, category=st["type"])]
+
+    def _merge_firmware_first(self, host: str | None, fields: dict[str, Any], rec: Record) -> bool:
+        """An EDAC line is the same error as the AMD MCA decode of a memory controller just before
+        it (amd64_edac prints it from inside the decode) or as a held GHES memory section of the
+        same error (:func:`ghes.same_memory_error`; ghes_proc prints the CPER record, then
+        ghes_edac the EDAC line): their fields join the EDAC event, and they give no event of
+        their own. ``address``: the EDAC page/offset, else the other's address; the type of an MCA
+        decode comes from its status register. True when one joined. (A ghes_edac line printed
+        before its record, ghes_proc_in_irq's order, waits for it: :meth:`_release_ghes`.)"""
+        h = self._mca.get(host)
+        if (h is not None and not h.merged and "status" in h.data and mce.amd_is_memory(h.data)
+                and self._near(h, rec, MCA_WINDOW_RECORDS)):
+            f = h.data
+            fields.update(_mca_fields(f))
+            fields["type"] = mce.decode_amd_status(f["status"], f.get("family"), f.get("flags"))["type"]
+            if fields.get("address") is None:
+                fields["address"] = f.get("addr")
+            h.merged, h.seqs = True, set()  # its lines are in the EDAC event now
+            self.stats.duplicates_suppressed += 1
+            return True
+        for (h_host, _seq), g in reversed(list(self._ghes.items())):
+            if h_host != host or not self._near(g, rec, GHES_WINDOW_RECORDS):
+                continue
+            for i, e in self._ghes_events(g, only=ev.CPU_ECC):
+                if not ghes.same_memory_error(fields, e.attrs, g.data.severity) or any(
+                        w_host == host and w.index < g.start and self._paired(w, _seconds(g.rec), g.start)
+                        and ghes.same_memory_error(w.data.attrs, e.attrs, g.data.severity)
+                        for w_host, w in self._edac_wait):
+                    continue  # another error, or the section of an earlier ghes_edac line still waiting
+                g.taken.add(i)
+                _fold_ghes_memory(fields, e.attrs)
+                self.stats.duplicates_suppressed += 1
+                return True
+        if fields.get("address") is None and fields.get("mce_addr"):
+            fields["address"] = fields["mce_addr"]  # the EDAC driver's own MCE decode (ADDR line)
         return False
 
     def _edac_mce_line(self, host: str | None, decode: tuple[int, dict[str, Any]], rec: Record) -> None:
@@ -386,6 +878,10 @@ class KernelLogParser:
 # Records without an envelope (a pasted line, a ticket field): the only ones in which a driver's
 # message may follow a field glued to it (see lines.driver_message).
 _NO_ENVELOPE = frozenset({"bare", "continuation"})
+# Kernel records remembered to tell a record re-printed through another envelope (_reprinted).
+_ENVELOPES_KEPT = 4096
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_MICROSECOND = dt.timedelta(microseconds=1)
 
 # Fault text, by family: ``_FAULT_STARTS`` where a driver's message starts (matched at the start),
 # ``_FAULT_ANYWHERE`` the same text found anywhere (a quoted or glued fault: unparsed, flagged).
@@ -393,11 +889,13 @@ _FAULT_STARTS = (
     ("xid", xid.XID_HINT_RE), ("xid", xid.FALLEN_RE), ("xid", xid.FALLEN_START_RE),
     ("edac", edac.EDAC_HINT_RE), ("mce", mce.MCE_HINT_RE),
     ("ib", ib.IB_PORT_RE), ("ib", ib.NET_LINK_RE), ("ib", ib.MODULE_RE),
+    ("sxid", sxid.SXID_HINT_RE), ("nvrm_assert", xid.ASSERT_HINT_RE),
 )
 _FAULT_ANYWHERE = (
     ("xid", re.compile(r"NVRM:?\s*Xid\b|NVRM: (?:The NVIDIA GPU|GPU \S+ GPU has fallen off the bus)")),
     ("edac", re.compile(r"EDAC\b[^\n]*?\bMC[0-9]+: [0-9]+ (?:CE|UE|Fatal|Deferred)\b")),
     ("mce", mce.MCE_HINT_RE),
+    ("sxid", sxid.SXID_ANYWHERE_RE), ("nvrm_assert", xid.ASSERT_HINT_RE),
     ("ib", re.compile(r"Port: [0-9]+ Link (?:DOWN|INIT|ARMED|ACTIVE)|mlx[0-9]_core \S+ \S+: Link (?:up|down)\b"
                       r"|Port module event")),
 )
@@ -405,6 +903,44 @@ _FAULT_ANYWHERE = (
 _GLUED = re.compile(r"(?<=.)(?:NVRM:?\s*Xid\s*\(|EDAC (?:[\w-]+ )?MC[0-9]{1,9}: [0-9]{1,9} (?:CE|UE)\b"
                     r"|mce: \[Hardware Error\]: CPU [0-9]{1,9}: Machine Check)", re.S)
 _FAMILY_NAMES = {"xid": "Xid", "edac": "EDAC error", "mce": "Machine Check", "ib": "IB/NIC link"}
+_FAMILY_NAMES.update(sxid="NVSwitch SXid", nvrm_assert="NVRM assertion")
+_FAULT_STARTS += (("aer", aer.HINT_RE), ("ghes", ghes.HINT_RE), ("mca", mce.AMD_HINT_RE))
+_FAULT_ANYWHERE += (("aer", aer.ANYWHERE_RE), ("ghes", ghes.HINT_RE), ("mca", mce.AMD_HINT_RE))
+_FAMILY_NAMES.update(aer="PCIe AER", ghes="APEI GHES record", mca="AMD MCA decode")
+# An AMD MCA decode's fields as a cpu_ecc event (or the EDAC event it joins) names them, and as an
+# mce event does (the names print_mce's records use: cpu, bank, status, addr, ipid, synd...).
+_MCA_MCE_KEYS = (("addr", "addr"), ("ipid", "ipid"), ("synd", "synd"), ("synd1", "synd1"), ("synd2", "synd2"),
+                 ("ppin", "ppin"), ("tsc", "tsc"), ("family", "cpu_family"), ("model", "cpu_model"),
+                 ("stepping", "cpu_stepping"), ("bank_name", "bank_name"), ("ext_error_code", "ext_error_code"),
+                 ("description", "description"), ("node", "node"), ("err_code", "err_code"),
+                 ("status_text", "status_text"), ("fru_text", "fru_text"))
+# A GHES memory section's fields the EDAC line of the same error gains.
+_GHES_MEMORY_KEYS = ("ghes_severity", "ghes_source", "ghes_record", "physical_address", "physical_address_mask",
+                     "location", "error_type", "error_type_text", "error_status", "error_status_text")
+
+
+def _fold_ghes_memory(fields: dict[str, Any], attrs: dict[str, Any]) -> None:
+    """A GHES memory section's fields (``attrs``) into the EDAC event of the same error
+    (``fields``): the CPER fields it lacks; ``address`` the CPER physical address when printed."""
+    for k in _GHES_MEMORY_KEYS:
+        if k in attrs and k not in fields:
+            fields[k] = attrs[k]
+    if attrs.get("physical_address") is not None:
+        fields["address"] = attrs["physical_address"]
+
+
+def _mca_fields(f: dict[str, Any]) -> dict[str, Any]:
+    """An AMD MCA decode as ``mca_*`` attrs: bank, cpu, status, Error Addr, IPID (and its
+    HardwareID, bits 43:32), syndrome, the status flags printed; family/model/stepping, the bank's
+    name and extended error code when printed."""
+    out: dict[str, Any] = {"mca_bank": f.get("bank"), "mca_cpu": f.get("cpu"), "mca_status": f.get("status"),
+                           "mca_addr": f.get("addr"), "mca_ipid": f.get("ipid"), "mca_syndrome": f.get("synd"),
+                           "hardware_id": (f["ipid"] >> 32) & 0xFFF if f.get("ipid") is not None else None,
+                           "mca_status_flags": f.get("flags", [])}
+    for k in ("family", "model", "stepping", "bank_name", "ext_error_code", "description", "status_text"):
+        if k in f:
+            out["mca_" + k] = f[k]
+    return out
 
 
 def _begins_fault(text: str) -> bool:

@@ -1,5 +1,11 @@
 """NVIDIA driver (NVRM) lines: Xid errors of every driver generation, the text-only
-"fallen off the bus" form, and the "GPU at PCI ... GPU-<uuid>" / board-serial lines.
+"fallen off the bus" form, the "GPU at PCI ... GPU-<uuid>" / board-serial lines, and NVRM
+assertions (``nvAssert...Failed...: Assertion failed: ...``, :func:`parse_assertion`).
+
+Text that names an Xid without being an Xid record is no Xid: ``NVRM: _kgspLogXid119: ****
+GSP Timeout ****`` (the banner of kernel_gsp.c's ``_kgspLogXid119``, r535-r550; named
+``_kgspLogRpcTimeout`` since), ``XidCriticalError`` outside the device plugin's log, an NVSwitch
+``SXid (...)`` line (:mod:`nodewarden.parsing.sxid`): :data:`XID_RE` wants ``NVRM: Xid (``.
 
 Pure functions over the message text (the envelope already removed). Shapes follow the
 driver's format strings (NVIDIA/open-gpu-kernel-modules) and the real lines in the reference
@@ -84,6 +90,46 @@ _GSP_TASK = re.compile(
 _RECOVERY = re.compile(
     r"recovery action changed from (?P<f>0x[0-9a-fA-F]+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+) \((?P<tn>[^)]*)\)")
 _HEXWORD = re.compile(r"0x[0-9a-fA-F]+")
+# Xid 13: "Graphics SM Warp Exception on (GPC 1, TPC 1, SM 1): MMU Fault", "Graphics SM Global
+# Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors", "Graphics Exception: ESR 0x5167b0=0x80f0017 ...".
+_SM_EXCEPTION = re.compile(
+    r"Graphics SM (?P<kind>Warp|Global) Exception on \(GPC [0-9]{1,9}, TPC [0-9]{1,9}, SM [0-9]{1,9}\):\s*(?P<err>.+?)\s*$",
+    re.S)
+_ESR = re.compile(r"\bESR((?:\s+0x[0-9a-fA-F]{1,16}=0x[0-9a-fA-F]{1,16})+)")
+_ESR_PAIR = re.compile(r"0x([0-9a-fA-F]{1,16})=0x([0-9a-fA-F]{1,16})")
+
+# Xid 154 "GPU recovery action changed from 0x%x (%s) to 0x%x (%s)": the driver's action numbers
+# and the names it prints for them (NVIDIA/open-gpu-kernel-modules, src/common/sdk/nvidia/inc/
+# ctrl/ctrl2080/ctrl2080gpu.h, enum NV2080_CTRL_GPU_RECOVERY_ACTION; src/nvidia/src/kernel/gpu/gpu.c,
+# _gpuRecoveryActionName and _gpuRefreshRecoveryActionInLock: 0-5). NVML's nvmlDeviceGpuRecoveryAction_t
+# numbers them the same way and adds 6 (BUS_RESET) and 7 (SYSTEM_REBOOT) (NVML API reference,
+# cuda.bindings.nvml.DeviceGpuRecoveryAction).
+RECOVERY_ACTIONS: dict[int, str] = {
+    0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset", 5: "recover_imex_domain",
+    6: "bus_reset", 7: "system_reboot",
+}
+_RECOVERY_NAMES: dict[str, str] = {
+    "none": "none", "gpu reset required": "gpu_reset", "node reboot required": "node_reboot",
+    "drain p2p": "drain_p2p", "drain and reset": "drain_and_reset", "recover imex domain": "recover_imex_domain",
+}
+
+# NVRM assertions (src/nvidia/src/libraries/utils/nvassert.c: nvAssertFailed[NoLog],
+# nvAssertOkFailed[NoLog]; printed with NV_PRINTF's "NVRM: [GPUn ]<function>: " prefix):
+#   "Assertion failed: %s @ %s:%d" (expression, file, line) or "Assertion failed: 0x%016llx" (the
+#   return address, builds without strings), and for a failed status
+#   "Assertion failed: %s (0x%08X) returned from %s @ %s:%d" where the first %s is
+#   nvstatusToString(status): "<description> [NV_ERR_NAME]" (src/common/sdk/nvidia/inc/nvstatuscodes.h).
+ASSERT_RE = re.compile(
+    r"NVRM:\s*(?:GPU(?P<gpu>[0-9]{1,4})\s+)?(?P<func>nvAssert[A-Za-z]{0,16}Failed[A-Za-z]{0,16}):\s*"
+    r"Assertion failed:\s*(?P<body>.*)", re.S | re.A)
+ASSERT_HINT_RE = re.compile(r"NVRM:?\s*(?:GPU[0-9]{1,4}\s+)?nvAssert\w{0,32}:\s*Assertion failed\b", re.A)
+_ASSERT_STATUS = re.compile(
+    r"(?P<text>.*?)\s*\((?P<status>0x[0-9a-fA-F]{1,8})\)\s+returned from\s+(?P<expr>.*?)"
+    r"(?:\s+@\s+(?P<loc>[^\s@]{1,200}:[0-9]{1,9}))?\s*$", re.S | re.A)
+_ASSERT_PLAIN = re.compile(r"(?P<expr>.*?)(?:\s+@\s+(?P<loc>[^\s@]{1,200}:[0-9]{1,9}))?\s*$", re.S | re.A)
+_STATUS_NAME = re.compile(r"\[(?P<name>NV_[A-Z0-9_]{1,64})\]", re.A)
+# nvstatuscodes.h: NV_STATUS_CODE(NV_ERR_RESET_REQUIRED, 0x00000062, "Reset required").
+NV_ERR_RESET_REQUIRED = 0x62
 
 # The text-only Xid 79 form (NVIDIA/NVSentinel#155) and the one-line variants.
 FALLEN_RE = re.compile(
@@ -117,7 +163,11 @@ def parse_xid(message: str) -> dict[str, Any] | None:
     ``phys_addr``, ``partition``/``subpartition``, ``row_address``, ``page``, ``mmu_*``, ``containment``,
     ``unit``, ``location``, ``reset_required``, ``drain_reset_required``, ``nvlink_*``, ``link``,
     ``registers``, ``caused_by_xid``, ``rpc_function``, ``rpc_function_name``, ``rpc_args``,
-    ``rpc_timeout_s``, ``gsp``, ``recovery_from``/``recovery_to``.
+    ``rpc_timeout_s``, ``gsp``, ``recovery_from``/``recovery_to`` (and their decoded names
+    ``recovery_action``/``recovery_action_from``: :data:`RECOVERY_ACTIONS`), ``nvlink_intrinfo``,
+    ``nvlink_error_status``, ``nvlink_subcode``, ``nvlink_injected`` (:func:`_nvlink5_fields`),
+    ``sm_exception``/``sm_error`` (Xid 13 ``Graphics SM Warp|Global Exception on (...): <error>``)
+    and ``esr`` (``[[address, value], ...]`` of ``Graphics Exception: ESR 0xA=0xV ...``).
     """
     m = XID_RE.match(message)
     if not m or not 0 <= int(m.group("xid")) <= MAX_XID:  # out of range: a mangled line (unparsed)
@@ -204,6 +254,7 @@ def _payload_fields(p: str, out: dict[str, Any]) -> None:
             out.update(nvlink_unit=mu.group("unit"), nvlink_severity=mu.group("sev").lower().replace("-", ""),
                        nvlink_xc=mu.group("xc"), nvlink_instance=mu.group("inst"), link=int(mu.group("link")))
             _set_registers(mu.group("regs"), out)
+            _nvlink5_fields(out)
         else:
             mf = _NVLINK_FATAL.search(p) if "NVLink" in p else None
             if mf:
@@ -241,6 +292,70 @@ def _payload_fields(p: str, out: dict[str, Any]) -> None:
         if mra:
             out.update(recovery_from=int(mra.group("f"), 16), recovery_from_name=mra.group("fn"),
                        recovery_to=int(mra.group("t"), 16), recovery_to_name=mra.group("tn"))
+            out["recovery_action"] = recovery_action(out["recovery_to"], out["recovery_to_name"])
+            out["recovery_action_from"] = recovery_action(out["recovery_from"], out["recovery_from_name"])
+    if "Exception on" in p:
+        msx = _SM_EXCEPTION.search(p)
+        if msx:
+            out.update(sm_exception=msx.group("kind").lower(), sm_error=msx.group("err"))
+    if "ESR" in p:
+        mesr = _ESR.search(p)
+        if mesr:
+            out["esr"] = [[int(a, 16), int(v, 16)] for a, v in _ESR_PAIR.findall(mesr.group(1))]
+
+
+def _nvlink5_fields(out: dict[str, Any]) -> None:
+    """Decode the NVLink5 Xid (144-150) line ``<UNIT> <Fatal|Nonfatal> XC<n> i<n> Link <n> (w0 w1 ...)``.
+
+    The line is printed by GSP firmware, not by the open kernel module; its fields follow the
+    argument order of the driver's NVLink error report, ``MODS_REPORT_NVLINK_ERROR(pGpu, sev, src,
+    ecode, xcon, inj, link, lane, intr, estat, ...)`` (NVIDIA/open-gpu-kernel-modules,
+    src/nvidia/generated/g_os_nvoc.h): XC = cross-containment, i = injected, then the interrupt
+    info word (w0) and the error status word (w1). NVIDIA's Xid catalog ("XID 144-150 Decode"
+    sheet, docs.nvidia.com/deploy/xid-errors) keys its rows on the unit, the error status and
+    the bits of w0, whose bits 20-25 are the sub-code. Sets ``nvlink_intrinfo``,
+    ``nvlink_error_status``, ``nvlink_subcode`` (ints) when two words are printed, and
+    ``nvlink_injected`` (bool) from the ``i`` token."""
+    inj = out.get("nvlink_instance", "")
+    if inj[1:].isdigit():
+        out["nvlink_injected"] = int(inj[1:]) != 0
+    regs = out.get("registers")
+    if regs and len(regs) >= 2:
+        out.update(nvlink_intrinfo=regs[0], nvlink_error_status=regs[1], nvlink_subcode=(regs[0] >> 20) & 0x3F)
+
+
+def recovery_action(number: int | None, name: str | None = None) -> str:
+    """The action of a recovery-action number (:data:`RECOVERY_ACTIONS`), else of the name the
+    driver printed for it (``"Drain and Reset"``), else ``"unknown"``."""
+    if number is not None and number in RECOVERY_ACTIONS:
+        return RECOVERY_ACTIONS[number]
+    return _RECOVERY_NAMES.get((name or "").strip().lower(), "unknown")
+
+
+def parse_assertion(message: str) -> dict[str, Any] | None:
+    """Fields of an ``NVRM: [GPUn ]nvAssert...Failed...: Assertion failed: ...`` line, or None.
+
+    Returns ``function`` (``nvAssertOkFailedNoLog``), ``gpu`` (the ``GPUn`` prefix number or None),
+    ``expression`` (the asserted expression, ``status`` for a failed status check, or the return
+    address of a build without strings), ``location`` (``kernel_channel.c:2827`` or None), and for
+    a failed status ``status`` (int, ``0x62``), ``status_name`` (``NV_ERR_RESET_REQUIRED`` or None)
+    and ``status_text`` (``Reset required``). Formats: see :data:`ASSERT_RE`.
+    """
+    m = ASSERT_RE.match(message)
+    if not m:
+        return None
+    body = re.sub(r"\s*\n\s*(?:NVRM:\s*)?", " ", m.group("body")).strip()
+    out: dict[str, Any] = {"function": m.group("func"), "gpu": int(m.group("gpu")) if m.group("gpu") else None}
+    ms = _ASSERT_STATUS.match(body)
+    if ms:
+        name = _STATUS_NAME.search(ms.group("text"))
+        out.update(status=int(ms.group("status"), 16), status_name=name.group("name") if name else None,
+                   status_text=_STATUS_NAME.sub("", ms.group("text")).strip() or None,
+                   expression=ms.group("expr") or None, location=ms.group("loc"))
+        return out
+    mp = _ASSERT_PLAIN.match(body)
+    out.update(expression=(mp.group("expr") if mp else body) or None, location=mp.group("loc") if mp else None)
+    return out
 
 
 def _set_registers(text: str | None, out: dict[str, Any]) -> None:

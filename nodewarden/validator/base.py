@@ -19,8 +19,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
+
+from nodewarden.nvml import (RECOVERY_ADVICE, RECOVERY_NONE, driver_lacks_field, read_recovery_action,
+                             recovery_action_name, return_name)
+from nodewarden.parsing.pci import normalize_pci
 
 Progress = Callable[[str, float, str], None]  # (check, fraction 0..1, text)
 
@@ -230,6 +235,138 @@ def nvml_available() -> bool:
         return True
     except Exception:
         return False
+
+
+# ---- the NVML snapshot the checks share (links, gpu_memory) -------------------------------------
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str]:
+    """What NVML says of every GPU of this machine, or (None, why not). Per GPU: ``index``
+    (NVML's), ``pci`` (normalized bus id), ``name``, ``pstate``, ``nvlink`` (link -> active),
+    ``sm_clock_mhz``/``sm_clock_max_mhz``/``mem_clock_mhz`` (MHz), ``clock_reasons`` (the
+    nvmlClocksEventReason mask) and ``clock_reasons_api``, and the GPU recovery action
+    (:func:`nodewarden.nvml.read_recovery_action`, field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION):
+    ``recovery_action`` (name, ``none`` when healthy; None when not read), ``recovery_action_code``
+    (nvmlDeviceGpuRecoveryAction_t) and ``recovery_action_read`` (``ok``, ``not_supported (...)``
+    for a driver without the field, ``error (...)``). A query a GPU does not answer is None.
+    Opens and closes NVML itself; blocks as long as the driver does (:func:`nvml_with_timeout`)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) not installed"
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, f"NVML not available ({e})"
+
+    def opt(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except pynvml.NVMLError:
+            return None
+
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            g: dict[str, Any] = {"index": i, "pci": normalize_pci(_text(pynvml.nvmlDeviceGetPciInfo(h).busId))}
+            name = opt(pynvml.nvmlDeviceGetName, h)
+            g["name"] = _text(name) if name is not None else None
+            uuid = opt(pynvml.nvmlDeviceGetUUID, h)
+            g["uuid"] = _text(uuid) if uuid is not None else None
+            code, ret = read_recovery_action(pynvml, h)
+            g["recovery_action"] = recovery_action_name(code) if code is not None else None
+            g["recovery_action_code"] = code
+            g["recovery_action_read"] = ("ok" if code is not None else
+                                         f"not_supported ({return_name(ret)})" if driver_lacks_field(ret) else
+                                         f"error ({return_name(ret)})")
+            g["pstate"] = opt(pynvml.nvmlDeviceGetPerformanceState, h)
+            links: dict[int, bool] = {}
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                state = opt(pynvml.nvmlDeviceGetNvLinkState, h, link)
+                if state is not None:
+                    links[link] = bool(state)
+            g["nvlink"] = links
+            g["sm_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
+            g["sm_clock_max_mhz"] = opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM)
+            g["mem_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
+            g["clock_reasons"] = None
+            # nvmlDeviceGetCurrentClocksEventReasons (drivers >= 535); the older name before.
+            for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+                f = getattr(pynvml, fn, None)
+                if f is None:
+                    continue
+                try:
+                    g["clock_reasons"] = int(f(h))
+                    g["clock_reasons_api"] = fn
+                    break
+                except pynvml.NVMLError:
+                    continue
+            gpus.append(g)
+        return gpus, ""
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str, bool]:
+    """:func:`nvml_snapshot` in a daemon thread, waited for ``seconds``: (gpus, why not, hung).
+    A driver that does not answer in time gives (None, "NVML did not answer within N s", True);
+    the thread is left blocked in it. Never raises."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["v"] = nvml_snapshot()
+        except Exception as e:  # an NVML call failed outside the per-call guards
+            box["v"] = (None, f"NVML query failed: {type(e).__name__}: {e}")
+
+    t = threading.Thread(target=target, name="nodewarden-nvml", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        return None, f"NVML did not answer within {seconds:g} s", True
+    gpus, why = box["v"]
+    return gpus, why, False
+
+
+def nvml_enabled(mode: Any, auto: bool) -> bool:
+    """A check's ``nvml`` parameter: ``"auto"`` -> ``auto`` (the check's own rule); true/false,
+    or the words ``true``/``false``/``1``/``0``/``yes``/``no``, -> that."""
+    if isinstance(mode, str) and mode.strip().lower() == "auto":
+        return auto
+    return bool(mode) and str(mode).strip().lower() not in ("false", "0", "no", "off")
+
+
+def reset_required(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPUs of an :func:`nvml_snapshot` that say they must be reset (or the node rebooted,
+    drained...): recovery action read and not ``none``. Each: ``gpu`` (NVML index),
+    ``pci_bus_id``, ``uuid``, ``action`` (name), ``action_code`` (nvmlDeviceGpuRecoveryAction_t).
+    A GPU whose driver lacks the field, or whose read failed, is not listed."""
+    return [{"gpu": g["index"], "pci_bus_id": g.get("pci"), "uuid": g.get("uuid"), "action": g["recovery_action"],
+             "action_code": g.get("recovery_action_code")}
+            for g in gpus if g.get("recovery_action") not in (None, RECOVERY_NONE)]
+
+
+def reset_required_reason(bad: list[dict[str, Any]]) -> str:
+    """``GPU 1 (0000:2a:00.0) must be recovered first: NVML recovery action gpu_reset`` for each."""
+    return "; ".join(f"GPU {b['gpu']}" + (f" ({b['pci_bus_id']})" if b.get("pci_bus_id") else "")
+                     + f" must be recovered first: NVML recovery action {b['action']}" for b in bad)
+
+
+def reset_required_action(bad: list[dict[str, Any]]) -> str:
+    """What to do, once per action named (NVIDIA's advice for each recovery action)."""
+    out = []
+    for action in dict.fromkeys(b["action"] for b in bad):
+        gpus = ",".join(str(b["gpu"]) for b in bad if b["action"] == action)
+        out.append(f"GPU {gpus} ({action}): " + RECOVERY_ADVICE.get(action, RECOVERY_ADVICE["unknown"]).replace(
+            "-i N", f"-i {gpus}"))
+    return "drain the node; " + "; ".join(out)
 
 
 def cpu_count() -> int:

@@ -22,6 +22,8 @@ Functions (nvml.h names; ``_v2``/``_v3`` are the versions pynvml resolves)::
     nvmlDeviceGetPowerUsage nvmlDeviceGetClockInfo nvmlDeviceGetMaxClockInfo
     nvmlDeviceGetPerformanceState nvmlDeviceGetComputeRunningProcesses_v3
     nvmlDeviceGetComputeRunningProcesses_v2 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2
+    nvmlDeviceGetFieldValues (field 230 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; not in the old_driver
+    build, whose value answers NVML_ERROR_NOT_SUPPORTED)
 
 State file (JSON, path in ``NVMLSIM_STATE``, read again on every call; :func:`write_state` replaces
 it atomically so that a call never reads half a file)::
@@ -47,8 +49,13 @@ it atomically so that a call never reads half a file)::
           "clocks_mhz": {"graphics": 1980, "sm": 1980, "mem": 2619, "video": 1545},
           "max_clocks_mhz": {...}, "memory": {"total": 85520809984, "used": 0, "reserved": 0},
           "processes": [{"pid": 4242, "used_memory": 1073741824}],
+          "recovery_action": 1,   # nvmlDeviceGpuRecoveryAction_t of field 230 (0 none, 1 gpu_reset,
+                                  # 2 node_reboot, 3 drain_p2p, 4 drain_and_reset, ...); absent: the
+                                  # value's nvmlReturn is NVML_ERROR_NOT_SUPPORTED (a driver before r570)
+          "field_returns": {"230": 2},   # force a field value's own nvmlReturn (the call answers 0)
           "lost": false,          # true: every call for this GPU returns NVML_ERROR_GPU_IS_LOST (15)
           "hang_seconds": 0,      # every call for this GPU sleeps this long (a hung driver)
+          "hang_in": {"nvmlDeviceGetFieldValues": 60},  # only this call (function or feature word) hangs
           "not_supported": ["remapped_rows"]   # NVML_ERROR_NOT_SUPPORTED (3) for these queries
         }
       ]
@@ -57,7 +64,9 @@ it atomically so that a call never reads half a file)::
 A missing counter reads 0. ``not_supported`` names a query either by the nvml.h function name
 (``"nvmlDeviceGetRemappedRows"``) or by its feature word: ``handle name uuid pci_info
 minor_number ecc retired_pages retired_pages_pending remapped_rows nvlink nvlink_errors pcie_link
-pcie_replay clocks_event_reasons temperature power clocks pstate processes memory``. A missing
+pcie_replay clocks_event_reasons temperature power clocks pstate processes memory field_values``
+(``field_values``: the whole nvmlDeviceGetFieldValues call answers NOT_SUPPORTED). :func:`h100_gpu`
+has no ``recovery_action``: like the default ``driver_version`` (r550), it lacks the field. A missing
 or unset ``NVMLSIM_STATE`` file makes nvmlInit return NVML_ERROR_DRIVER_NOT_LOADED (9), as on a
 node without the driver; a file that does not parse makes every call NVML_ERROR_UNKNOWN.
 """
@@ -77,12 +86,17 @@ SOURCE = Path(__file__).with_name("nvmlsim.c")
 LIBNAME = "libnvidia-ml.so.1"
 
 # Return codes (nvml.h) the simulator produces on purpose.
+NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_GPU_IS_LOST = 15
 
 # An HGX H100 board: the GPUs' bus ids in NVML's form (8-digit domain, upper-case hex), in the
 # order NVML enumerates them (PCI bus order). Same board as tests/fixtures/sysfs/h100-hgx-ndr.
+# nvmlDeviceGpuRecoveryAction_t (nvml.h), the values of field 230 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION.
+RECOVERY_NONE, RECOVERY_GPU_RESET, RECOVERY_NODE_REBOOT, RECOVERY_DRAIN_P2P, RECOVERY_DRAIN_AND_RESET = range(5)
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+
 HGX_H100_BUS_IDS = tuple(f"00000000:{b}:00.0" for b in ("18", "2A", "3A", "5D", "9B", "AB", "BA", "DB"))
 
 _built: dict[bool, Path] = {}

@@ -12,7 +12,8 @@
  * process that uses NVML runs. The format is described in tests/nvmlsim/__init__.py.
  *
  * Compile with -DNVMLSIM_OLD_DRIVER for a driver before r535, which has
- * nvmlDeviceGetCurrentClocksThrottleReasons but not nvmlDeviceGetCurrentClocksEventReasons.
+ * nvmlDeviceGetCurrentClocksThrottleReasons but not nvmlDeviceGetCurrentClocksEventReasons, and
+ * no NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field (its value answers NVML_ERROR_NOT_SUPPORTED).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -266,13 +267,14 @@ static int has_str(const doc *d, int arr, const char *s) {
 
 static int initialized; /* nvmlInit minus nvmlShutdown calls */
 
-static void hang(const doc *d, int node) {
-    double s = num(d, node, "hang_seconds", 0);
+static void sleep_for(double s) {
     if (s > 0) {
         struct timespec t = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
         while (nanosleep(&t, &t) && errno == EINTR) {}
     }
 }
+
+static void hang(const doc *d, int node) { sleep_for(num(d, node, "hang_seconds", 0)); }
 
 /* Begin a call on a device: load the state, then apply the GPU's simulated faults in the order
  * the driver would meet them (a hang first, then a lost GPU, then an unsupported query).
@@ -287,6 +289,9 @@ static int begin(doc *d, nvmlDevice_t dev, int *gpu, const char *feature, const 
     else if (*gpu < 0) rc = NVML_ERROR_INVALID_ARGUMENT;
     else {
         hang(d, *gpu);
+        /* "hang_in": {"<function or feature>": seconds}: only that call hangs. */
+        int hi = get(d, *gpu, "hang_in");
+        sleep_for(num(d, hi, fn, 0) > 0 ? num(d, hi, fn, 0) : num(d, hi, feature, 0));
         int ns = get(d, *gpu, "not_supported");
         if (num(d, *gpu, "lost", 0)) rc = NVML_ERROR_GPU_IS_LOST;
         else if (has_str(d, ns, feature) || has_str(d, ns, fn)) rc = NVML_ERROR_NOT_SUPPORTED;
@@ -631,5 +636,60 @@ int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
     memory->used = (unsigned long long)num(&d, g, "memory.used", 0);
     unsigned long long taken = memory->used + memory->reserved;
     memory->free = memory->total > taken ? memory->total - taken : 0;
+    END(NVML_SUCCESS);
+}
+
+/* ---- field values (nvml.h: nvmlValue_t, nvmlFieldValue_t, nvmlDeviceGetFieldValues) ---------- */
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId, scopeId;
+    long long timestamp;   /* microseconds since the epoch */
+    long long latencyUsec;
+    int valueType;         /* nvmlValueType_t */
+    int nvmlReturn;        /* this value's own status */
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+enum { NVML_VALUE_TYPE_UNSIGNED_INT = 1, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230 };
+
+/* The call answers NVML_SUCCESS when the request is well formed; each value carries its own
+ * nvmlReturn (NVML API Reference, Field Value Queries). Implemented: field 230, the GPU
+ * recovery action, from the state's "recovery_action" (nvmlDeviceGpuRecoveryAction_t); no such
+ * key: NVML_ERROR_NOT_SUPPORTED, a driver or GPU without the field. "field_returns":
+ * {"<fieldId>": nvmlReturn} forces a value's status; other field ids answer NOT_SUPPORTED. */
+int nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
+    BEGIN(device, "field_values");
+    if (!values || valuesCount < 0) END(NVML_ERROR_INVALID_ARGUMENT);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int forced = get(&d, g, "field_returns");
+    for (int k = 0; k < valuesCount; k++) {
+        nvmlFieldValue_t *v = &values[k];
+        char key[16];
+        snprintf(key, sizeof key, "%u", v->fieldId);
+        v->timestamp = (long long)now.tv_sec * 1000000LL + now.tv_nsec / 1000;
+        v->latencyUsec = 0;
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        if (path(&d, forced, key) >= 0 && (v->nvmlReturn = (int)num(&d, forced, key, 0)) != NVML_SUCCESS)
+            continue;
+        v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+#ifndef NVMLSIM_OLD_DRIVER
+        if (v->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION && path(&d, g, "recovery_action") >= 0) {
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = (unsigned)num(&d, g, "recovery_action", 0);
+            v->nvmlReturn = NVML_SUCCESS;
+        }
+#endif
+    }
     END(NVML_SUCCESS);
 }

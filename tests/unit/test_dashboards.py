@@ -275,3 +275,68 @@ def test_promtool_check_rejects_a_broken_query(promtool, tmp_path):
     expr = promql.expand_grafana(grafana.panel_queries(DOCS["nodewarden-node.json"])[0][1])
     res = _promtool_check([expr[:-1]], tmp_path)  # one closing parenthesis short
     assert res.returncode != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) the kernel-log fault kinds of issue 11: NVSwitch SXid, PCIe AER, GPU reset and precursors
+
+NEW_KINDS = ("nodewarden_nvswitch_sxid_errors_total", "nodewarden_pcie_aer_logged_errors_total",
+             "nodewarden_pcie_aer_recovery_events_total", "nodewarden_gpu_lost_precursor_events_total",
+             "nodewarden_gpu_reset_required_events_total", "nodewarden_gpu_recovery_action")
+
+
+def _series_by_panel(doc: dict) -> dict[str, set[str]]:
+    return {title: {n for t, e in grafana.panel_queries(doc) if t == title for n, _ in metric_names(e)}
+            for title, _ in grafana.panel_queries(doc)}
+
+
+def test_node_dashboard_shows_every_new_series_and_the_sysfs_aer_beside_the_log():
+    panels = _series_by_panel(DOCS["nodewarden-node.json"])
+    shown = set().union(*panels.values())
+    assert set(NEW_KINDS) <= shown
+    both = panels["PCIe AER per device: kernel log and sysfs (selected range)"]
+    assert {"nodewarden_pcie_aer_logged_errors_total", "nodewarden_pcie_aer_errors_total"} <= both
+    # the sysfs severities in the kernel log's words, so that the merge lines the rows up
+    (table,) = [p for p in grafana.panels(DOCS["nodewarden-node.json"])
+                if p["title"] == "PCIe AER per device: kernel log and sysfs (selected range)"]
+    sysfs = table["targets"][1]["expr"]
+    assert '"severity", "corrected", "severity", "correctable"' in sysfs
+    assert '"severity", "non_fatal", "severity", "nonfatal"' in sysfs
+
+
+def test_fleet_dashboard_lists_nodes_with_fatal_sxid_aer_or_reset_and_links_them():
+    (table,) = [p for p in grafana.panels(DOCS["nodewarden-fleet.json"])
+                if p["title"].startswith("Nodes with fatal SXids, uncorrected AER or GPUs needing a reset")]
+    exprs = [t["expr"] for t in table["targets"]]
+    assert [bool(t.get("instant")) for t in table["targets"]] == [True] * 5
+    assert 'severity="fatal"' in exprs[0] and 'severity=~"fatal|non_fatal"' in exprs[1]
+    assert 'action!="none"' in exprs[4]
+    assert all(e.startswith(f"sum by ({CFG.cluster_label}, {CFG.node_label}) (") for e in exprs)
+    assert table["fieldConfig"]["defaults"]["links"][0]["url"].startswith("/d/nodewarden-node")
+
+
+def test_recovery_action_timeline_uses_nvml_values():
+    from dashboards.mixin import rules
+    from dashboards.mixin.grafana import node
+    from nodewarden import nvml as nvml_session
+
+    # nvmlDeviceGpuRecoveryAction_t: the mixin's numbers are NVML's, for the names the agent exports
+    assert {v: k for k, v in rules.RECOVERY_ACTIONS.items()}.items() <= nvml_session.RECOVERY_ACTIONS.items()
+    assert set(node.RECOVERY_STATES) == set(rules.RECOVERY_ACTIONS.values()) | {node.OTHER_ACTION}
+    expr = node.recovery_action_value(CFG, "cluster, node, gpu")
+    for name, value in rules.RECOVERY_ACTIONS.items():
+        assert f'action="{name}"}} == 1) * {value}' in expr
+    assert f'action!~"{"|".join(rules.RECOVERY_ACTIONS)}"}} == 1) * {node.OTHER_ACTION}' in expr
+
+
+def test_failure_stats_keep_the_beyond_the_paper_kinds_apart():
+    from dashboards.mixin import rules
+    stats_doc = DOCS["nodewarden-failure-stats.json"]
+    rows = [p["title"] for p in stats_doc["panels"] if p["type"] == "row"]
+    assert rows[-1].startswith("Beyond the paper")
+    beyond = [e for t, e in grafana.panel_queries(stats_doc) if t.startswith("Beyond the paper")]
+    assert len(beyond) == 2 and all(rules.CLUSTER_BEYOND in e for e in beyond)
+    # the paper's tables read only their own recording rules
+    for title, expr in grafana.panel_queries(stats_doc):
+        if "Table VI" in title or "Table VII" in title:
+            assert rules.CLUSTER_BEYOND not in expr, title

@@ -128,6 +128,25 @@ def test_other_parse_options_do_not_share_the_cache(fleet: Path, tmp_path: Path)
     assert _run([node], cache_dir=cache) == utc
 
 
+def test_a_changed_parser_does_not_read_the_events_cached_by_the_old_one(tmp_path: Path) -> None:
+    # Same version, other parser code (a source checkout, a patched install): other cache files.
+    from nodewarden.analysis import cache as cache_mod
+
+    a = cache_mod.EventCache(tmp_path).path_for(tmp_path, tmp_path / "kern.log")
+    digest = cache_mod.parser_digest()
+    assert len(digest) == 16
+    cache_mod.parser_digest.cache_clear()
+    try:
+        real = cache_mod._PARSER_FILES
+        cache_mod._PARSER_FILES = real[:-1]  # as if one of the files had other content
+        b = cache_mod.EventCache(tmp_path).path_for(tmp_path, tmp_path / "kern.log")
+        assert cache_mod.parser_digest() != digest and a != b
+    finally:
+        cache_mod._PARSER_FILES = real
+        cache_mod.parser_digest.cache_clear()
+    assert cache_mod.parser_digest() == digest
+
+
 def test_corrupt_cache_is_ignored_and_rebuilt(fleet: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     node = str(sorted(p for p in fleet.iterdir() if p.is_dir())[0])

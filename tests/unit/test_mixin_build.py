@@ -59,6 +59,15 @@ def test_overrides_name_the_bad_key() -> None:
     with pytest.raises(ValueError, match="edac_ce_threshold: expected edac_ce_threshold=VALUE"):
         config.with_overrides(config.DEFAULT, ["edac_ce_threshold"])
     assert config.with_overrides(config.DEFAULT, ["keep_firing_for=0s", "interval=1h30m"]).interval == "1h30m"
+    storms = config.with_overrides(config.DEFAULT, ["sxid_storm_count=20", "sxid_storm_window=2h",
+                                                    "aer_corrected_storm_count=200", "aer_corrected_storm_window=30m"])
+    assert (storms.sxid_storm_count, storms.sxid_storm_window) == (20, "2h")
+    assert (storms.aer_corrected_storm_count, storms.aer_corrected_storm_window) == (200, "30m")
+    for bad, msg in (("sxid_storm_window=0s", "sxid_storm_window: must be longer than 0"),
+                     ("aer_corrected_storm_window=soon", "aer_corrected_storm_window: expected a Prometheus duration"),
+                     ("aer_corrected_storm_count=-1", "aer_corrected_storm_count: must be 0 or more")):
+        with pytest.raises(ValueError, match=msg):
+            config.with_overrides(config.DEFAULT, [bad])
     # values that would build rules promtool rejects, or an alert that always fires
     for bad, msg in (('job_selector=job="x', "job_selector: expected label matchers"),
                      ("interval=0s", "interval: must be longer than 0"),
@@ -78,6 +87,7 @@ def test_check_names_the_command_that_rebuilds_what_it_checked(tmp_path: Path) -
     h = subprocess.run([sys.executable, "-m", "dashboards.mixin.build", "--help"], cwd=REPO,
                        capture_output=True, text=True)
     assert "fault_window='10m'" in h.stdout and "edac_ce_threshold=10" in h.stdout
+    assert "sxid_storm_count=10" in h.stdout and "aer_corrected_storm_window='10m'" in h.stdout
 
 
 @pytest.mark.parametrize(("expr", "names"), [

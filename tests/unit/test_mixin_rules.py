@@ -19,6 +19,7 @@ import yaml
 
 from dashboards.mixin import build, config, promql, rules
 from nodewarden.agent import exporter
+from nodewarden.collectors import nvml
 
 REPO = Path(__file__).resolve().parents[2]
 DASH = REPO / "dashboards"
@@ -35,12 +36,16 @@ CONTRACT_ALERTS = {
     "NodewardenEdacUncorrectable", "NodewardenEdacCorrectableRate", "NodewardenMachineCheck",
     "NodewardenPcieLinkDowntrained", "NodewardenValidatorFailed", "NodewardenValidatorStale",
     "NodewardenAgentDown", "NodewardenCollectorFailing", "NodewardenKmsgRecordsLost",
+    "NodewardenGpuLostPrecursor", "NodewardenGpuResetRequired", "NodewardenNodeRebootRequired",
+    "NodewardenNvswitchFatalSxid", "NodewardenNvswitchSxidStorm", "NodewardenPcieAerUncorrected",
+    "NodewardenPcieAerCorrectedStorm",
 }
 CONTRACT_RECORDS = {
     "gpu_xid:nodewarden_gpu_xid_errors_total:policy",
     "cluster_xid:nodewarden_gpu_xid_errors:interval_increase",
     "cluster:nodewarden_edac_errors:interval_increase",
     "cluster:nodewarden_ib_flash_cuts:interval_increase",
+    "cluster_kind:nodewarden_beyond_paper_events:interval_increase",
 }
 APPLICATION_XIDS = (13, 31, 43, 45)
 
@@ -133,7 +138,10 @@ def test_device_alerts_name_their_device() -> None:
     device = {"NodewardenGpuLost": "gpu", "NodewardenGpuHardwareXid": "xid", "NodewardenGpuNvlinkErrors": "link",
               "NodewardenIbPortDown": "device", "NodewardenEdacUncorrectable": "dimm",
               "NodewardenPcieLinkDowntrained": "pci_bus_id", "NodewardenValidatorFailed": "check",
-              "NodewardenCollectorFailing": "collector"}
+              "NodewardenCollectorFailing": "collector", "NodewardenNvswitchFatalSxid": "sxid",
+              "NodewardenNvswitchSxidStorm": "switch", "NodewardenPcieAerUncorrected": "aer_severity",
+              "NodewardenPcieAerCorrectedStorm": "pci_bus_id", "NodewardenGpuLostPrecursor": "pci_bus_id",
+              "NodewardenGpuResetRequired": "action", "NodewardenNodeRebootRequired": "node"}
     by = {r["alert"]: r for r in _alert_rules()}
     for name, label in device.items():
         assert "{{ $labels.%s }}" % label in by[name]["annotations"]["description"], name
@@ -144,7 +152,8 @@ def test_device_alerts_name_their_device() -> None:
 # ---- configuration ---------------------------------------------------------------------------
 
 def test_for_and_windows_come_from_the_config() -> None:
-    zero = dataclasses.replace(config.DEFAULT, for_short="0s", for_long="0s", fault_window="30s")
+    zero = dataclasses.replace(config.DEFAULT, for_short="0s", for_long="0s", fault_window="30s",
+                               aer_corrected_storm_window="5m")
     assert all("for" not in r for r in _alert_rules(zero))
     assert all("[10m]" not in r["expr"] for r in _alert_rules(zero))
     fors = {r["alert"]: r.get("for") for r in _alert_rules(dataclasses.replace(config.DEFAULT, for_short="2m",
@@ -157,6 +166,51 @@ def test_for_and_windows_come_from_the_config() -> None:
                                                                            edac_ce_threshold=4))}
     assert "[30s]" in exprs["NodewardenGpuHardwareXid"] and "offset 30s" in exprs["NodewardenGpuHardwareXid"]
     assert "[12h]" in exprs["NodewardenEdacCorrectableRate"] and exprs["NodewardenEdacCorrectableRate"].endswith(">= 4")
+    storms = dataclasses.replace(config.DEFAULT, sxid_storm_count=25, sxid_storm_window="2h",
+                                 aer_corrected_storm_count=300, aer_corrected_storm_window="30m")
+    exprs = {r["alert"]: r["expr"] for r in _alert_rules(storms)}
+    assert "[2h]" in exprs["NodewardenNvswitchSxidStorm"] and exprs["NodewardenNvswitchSxidStorm"].endswith(">= 25")
+    assert "[30m]" in exprs["NodewardenPcieAerCorrectedStorm"]
+    assert exprs["NodewardenPcieAerCorrectedStorm"].endswith(">= 300")
+
+
+def test_new_fault_alerts_keep_their_own_severity_apart_from_the_alert_severity() -> None:
+    """The SXid and AER counters carry a ``severity`` label of their own (fatal, non_fatal...),
+    which the rule's ``severity`` label (critical, warning) would overwrite: the alerts drop it
+    or carry it as ``aer_severity``; the reset and reboot alerts split the recovery actions
+    between them (none in neither)."""
+    by = {r["alert"]: r for r in _alert_rules()}
+    assert by["NodewardenNvswitchFatalSxid"]["expr"].startswith("sum without (severity) (")
+    assert 'severity!="fatal"' in by["NodewardenNvswitchSxidStorm"]["expr"]
+    assert '"aer_severity", "$1", "severity"' in by["NodewardenPcieAerUncorrected"]["expr"]
+    reset, reboot = by["NodewardenGpuResetRequired"]["expr"], by["NodewardenNodeRebootRequired"]["expr"]
+    assert 'action!~"none|node_reboot|system_reboot"' in reset and 'action=~"node_reboot|system_reboot"' in reboot
+    for name in ("NodewardenGpuResetRequired", "NodewardenNodeRebootRequired"):
+        assert by[name]["keep_firing_for"] == config.DEFAULT.keep_firing_for
+        assert rules.RESET_EVENTS in by[name]["expr"] and rules.RECOVERY_ACTION in by[name]["expr"]
+    # a GPU-lost precursor pages as such, not also as an uncorrected AER of the same function
+    assert "unless on(job, instance, pci_bus_id) ((" in by["NodewardenPcieAerUncorrected"]["expr"]
+
+
+def test_alertmanager_inhibits_what_a_lost_gpu_or_a_precursor_explains() -> None:
+    am = yaml.safe_load((REPO / "deploy" / "prometheus" / "alertmanager.yml").read_text())
+    rules_by_source: dict[str, list[dict]] = {}
+    for rule in am["inhibit_rules"]:
+        (source,) = rule["source_matchers"]
+        rules_by_source.setdefault(source, []).append(rule)
+    lost = rules_by_source['alertname="NodewardenGpuLost"']
+    targets = " ".join(m for r in lost for m in r["target_matchers"])
+    for name in ("NodewardenGpuLostPrecursor", "NodewardenGpuResetRequired", "NodewardenNodeRebootRequired"):
+        assert name in targets
+    assert all(r["equal"] == ["cluster", "node", "gpu"] for r in lost)
+    (precursor,) = rules_by_source['alertname="NodewardenGpuLostPrecursor"']
+    assert precursor["target_matchers"] == ['alertname="NodewardenPcieAerUncorrected"']
+    assert precursor["equal"] == ["cluster", "node"]
+    names = {r["alert"] for r in _alert_rules()}
+    for rule in am["inhibit_rules"]:
+        for m in rule["source_matchers"] + rule["target_matchers"]:
+            if m.startswith("alertname="):
+                assert set(re.findall(r"Nodewarden\w+", m)) <= names, m
 
 
 def test_ib_port_selector_reaches_every_ib_selector() -> None:
@@ -232,7 +286,10 @@ def test_input_series_carry_the_scrape_labels() -> None:
 def _exported_names() -> set[str]:
     names = {m for p in (REPO / "tests" / "golden").glob("*.prom")
              for m in re.findall(r"^# TYPE (\S+) ", p.read_text(), flags=re.M)}
-    return names | {f.name for f in exporter.FAMILIES} | {r["record"] for r in _record_rules()} | {"up"}
+    # the NVML collector's declared series too: the golden GPUs lack some (a driver without the
+    # recovery-action field)
+    return (names | {f.name for f in exporter.FAMILIES} | set(nvml.SERIES) | {r["record"] for r in _record_rules()}
+            | {"up"})
 
 
 def test_every_series_a_rule_uses_is_exported() -> None:

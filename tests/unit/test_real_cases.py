@@ -281,10 +281,15 @@ CPU_CASES = [
             dimm=0, page=0x0, host="node01", monotonic=21584690.529877),
         ECC(mc=0, count=2, label="CPU#0Channel#2_DIMM#0", monotonic=21584691.723198),
     ], id="E-003 legacy label grammar, count > 1"),
-    pytest.param("E-004", [  # the GHES PCIe record and "HANDLING MCE" of the next error are not EDAC errors
+    pytest.param("E-004", [  # "HANDLING MCE" of the next error is no EDAC error; the GHES record {1}
+        # (interleaved with mce:/EDAC lines) is a firmware-first PCIe error: severity recoverable
+        # (cper_severity_to_aer: non-fatal), device_id 0000:5e:00.0, vendor 0x144d device 0xa808 (NVMe).
         ECC(mc=3, count=1, type="uncorrected", operation="memory read", label="CPU_SrcID#1_MC#1_Chan#2_DIMM#0",
             socket=1, imc=1, channel=2, dimm=0, flags=["OVERFLOW"], monotonic=11189.970968),
-    ], id="E-004 skx UE with OVERFLOW"),
+        dict(kind="pcie_aer", via="ghes", severity="non_fatal", ghes_severity="recoverable", ghes_record=1,
+             ghes_source=1, device="0000:5e:00.0", pci_bus_id="0000:5e:00.0", vendor_id=0x144D, device_id=0xA808,
+             category="non_fatal", monotonic=11219.196524),
+    ], id="E-004 skx UE with OVERFLOW, GHES PCIe record"),
     pytest.param("M-001", [
         MCE(cpu=0, bank=9, status=0x0, tsc=0x2ac997e3063c3, cpu_vendor=0, cpuid=0x50663, time=None,
             socket=0, apic=0, microcode=0x7000019, monotonic=1366.830251, device="cpu0/bank9"),
@@ -309,7 +314,7 @@ def test_m001_epoch_time_field_is_kept_as_printed() -> None:
 
 
 def test_e004_dram_geometry_and_err_code() -> None:
-    (e,) = parse_case("E-004")
+    e, _ghes_pcie = parse_case("E-004")
     assert {k: e.attrs["details"][k] for k in ("bg", "ba", "row", "col", "err_code")} == {
         "bg": "3", "ba": "0", "row": "1a1e8", "col": "180", "err_code": "0101:0092"}
 

@@ -8,6 +8,7 @@ from grafana_foundation_sdk.builders import statetimeline, table, timeseries
 
 from .. import promql
 from ..config import Config
+from ..rules import AER_LOGGED, PRECURSOR, RECOVERY_ACTION, RESET_EVENTS, SXID
 from . import common
 from .common import by, s, target
 from .common import panel as P
@@ -180,6 +181,54 @@ def device_panels(cfg: Config) -> list:
     ]
 
 
+def fabric_panels(cfg: Config) -> list:
+    """NVSwitch SXids, kernel-log PCIe AER, GPU-lost precursors and GPUs that need a reset."""
+    node = by(cfg)
+    fatal_sxid = s(cfg, SXID, 'severity="fatal"')
+    uncorrected = s(cfg, AER_LOGGED, 'severity=~"fatal|non_fatal"')
+    not_none = s(cfg, RECOVERY_ACTION, 'action!="none"')
+    names = {"Value #A": "fatal SXids", "Value #B": "uncorrected AER", "Value #C": "GPU-lost precursors",
+             "Value #D": "reset-required events", "Value #E": "GPUs needing reset now"}
+    return [
+        P(table.Panel, "Nodes with fatal SXids, uncorrected AER or GPUs needing a reset (selected range)",
+          unit="short", size=(24, 8), targets=[
+            target(f"sum by ({node}) ({_iwf(cfg, fatal_sxid, '$__range')}) > 0", instant=True),
+            target(f"sum by ({node}) ({_iwf(cfg, uncorrected, '$__range')}) > 0", instant=True),
+            target(f"sum by ({node}) ({_iwf(cfg, s(cfg, PRECURSOR), '$__range')}) > 0", instant=True),
+            target(f"sum by ({node}) ({_iwf(cfg, s(cfg, RESET_EVENTS), '$__range')}) > 0", instant=True),
+            target(f"sum by ({node}) ({not_none}) > 0", instant=True)],
+          extra=lambda p: p.with_transformation(common.model.DataTransformerConfig(id_val="merge", options={}))
+          .with_transformation(common.model.DataTransformerConfig(id_val="organize", options={
+              "renameByName": names})).data_links([common.node_link(cfg)]),
+          description="Every node with, over the time range, a fatal NVSwitch SXid, an uncorrected (fatal or "
+          "non-fatal) PCIe AER record, a GPU-lost precursor (uncorrected AER or failed recovery on an NVIDIA "
+          "function), a kernel-log reset-required event, or (now) a GPU whose NVML recovery action is not none. "
+          "Any of these takes the node out of scheduling: click it for the switch, device or GPU."),
+        P(timeseries.Panel, "NVSwitch SXid errors by severity", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'severity')}) ({_iwf(cfg, s(cfg, SXID))}) > 0", "{{node}} {{severity}}")],
+          description=PER_WINDOW + "NVSwitch SXid errors per node from the kernel log, by severity (fatal, "
+          "non_fatal, unknown). Fatal: the node's NVLink fabric stopped, drain it; non-fatal in bursts: a link "
+          "or switch port going bad. The node dashboard names the switch and code."),
+        P(timeseries.Panel, "PCIe AER errors from the kernel log by severity", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'severity')}) ({_iwf(cfg, s(cfg, AER_LOGGED))}) > 0", "{{node}} {{severity}}")],
+          description=PER_WINDOW + "PCIe AER error records in each node's kernel log, by severity (corrected, "
+          "non_fatal, fatal): one per error, where the sysfs panel above counts error bits. Uncorrected ones "
+          "on a GPU come before it falls off the bus; the node dashboard shows the device."),
+        P(timeseries.Panel, "GPUs needing a reset or reboot", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'action')}) ({not_none}) > 0", "{{node}} {{action}}")],
+          description="GPUs per node whose NVML recovery action is not none, by action (gpu_reset, node_reboot, "
+          "drain_p2p, drain_and_reset). Drain such a node and reset its GPU or reboot it, as the action says."),
+        P(timeseries.Panel, "GPU-lost precursors and reset-required events", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'reason')}) ({_iwf(cfg, s(cfg, PRECURSOR))}) > 0",
+                   "{{node}} precursor {{reason}}"),
+            target(f"sum by ({by(cfg, 'action')}) ({_iwf(cfg, s(cfg, RESET_EVENTS))}) > 0",
+                   "{{node}} needs {{action}}")],
+          description=PER_WINDOW + "Kernel-log events per node: GPU-lost precursors by reason (fatal_aer, "
+          "non_fatal_aer, aer_no_error_detected_callback, aer_recovery_failed: Xid 79 usually follows) and the "
+          "driver asking for a GPU reset or a node reboot (NV_ERR_RESET_REQUIRED, Xid 154), by action."),
+    ]
+
+
 def validator_panels(cfg: Config) -> list:
     state_desc = ("Validator state of each node over time: fail (a check failed or errored: drain the node and "
                   "read `nodewarden validate` output), stale (no finished run for more than "
@@ -214,9 +263,11 @@ def dashboard(cfg: Config) -> dash.Dashboard:
         ("CPU memory: EDAC and machine checks", cpu_memory_panels(cfg)),
         ("InfiniBand", ib_panels(cfg)),
         ("GPUs lost, NVLink, PCIe", device_panels(cfg)),
+        ("NVSwitch, PCIe AER, GPU reset", fabric_panels(cfg)),
         ("Validator", validator_panels(cfg)),
     ]
     d = common.build("nodewarden / Fleet faults", common.UIDS["fleet"],
-                     "Hardware faults of every GPU node: Xids, ECC, EDAC, MCE, InfiniBand, PCIe, validator.",
+                     "Hardware faults of every GPU node: Xids, ECC, EDAC, MCE, InfiniBand, PCIe, NVSwitch, GPU "
+                     "reset, validator.",
                      cfg, sections)
     return d.link(common.dashboard_link("Node detail", "node", "The node dashboard for the selected $node"))

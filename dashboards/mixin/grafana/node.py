@@ -8,6 +8,8 @@ from grafana_foundation_sdk.builders import stat, statetimeline, table, timeseri
 
 from .. import promql
 from ..config import Config
+from ..rules import (AER_LOGGED, AER_RECOVERY, AER_SYSFS, PRECURSOR, RECOVERY_ACTION, RECOVERY_ACTIONS, RESET_EVENTS,
+                     SXID)
 from . import common
 from .common import XID, by, s, target
 from .common import panel as P
@@ -16,6 +18,29 @@ from .fleet import PER_WINDOW, W
 IB_STATES = {1: ("DOWN", "red"), 2: ("INIT", "orange"), 3: ("ARMED", "yellow"), 4: ("ACTIVE", "green"),
              5: ("ACTIVE_DEFER", "yellow")}
 OK_FAILING = {0: ("failing", "red"), 1: ("ok", "green")}
+# NVML's recovery action as one number per GPU (the nvmlDeviceGpuRecoveryAction_t values), 9 for
+# an action this mixin does not know
+OTHER_ACTION = 9
+RECOVERY_STATES = {0: ("none", "green"), 1: ("GPU reset", "red"), 2: ("node reboot", "dark-red"),
+                   3: ("drain P2P", "orange"), 4: ("drain and reset", "red"), OTHER_ACTION: ("other", "purple")}
+
+
+def recovery_action_value(cfg: Config, labels: str) -> str:
+    """Each GPU's current NVML recovery action (``nodewarden_gpu_recovery_action == 1``) as the
+    number of :data:`RECOVERY_STATES`, by ``labels``."""
+    known = "|".join(RECOVERY_ACTIONS)
+    def current(op: str, value: str) -> str:
+        return s(cfg, RECOVERY_ACTION, 'action' + op + '"' + value + '"') + " == 1"
+    terms = [f"({current('=', name)}) * {value}" for name, value in RECOVERY_ACTIONS.items()]
+    terms.append(f"({current('!~', known)}) * {OTHER_ACTION}")
+    return f"max by ({labels}) ({' or '.join(terms)})"
+
+
+def aer_sysfs_severity(expr: str) -> str:
+    """The sysfs AER counters' severities in the kernel log's words (correctable -> corrected,
+    nonfatal -> non_fatal), so that the two sources line up in one table."""
+    return (f'label_replace(label_replace({expr}, "severity", "corrected", "severity", "correctable"), '
+            '"severity", "non_fatal", "severity", "nonfatal")')
 
 
 def _iwf(cfg: Config, series: str, window: str = W) -> str:
@@ -24,6 +49,9 @@ def _iwf(cfg: Config, series: str, window: str = W) -> str:
 
 def summary_panels(cfg: Config) -> list:
     hw = common.policy_increase(cfg, "$__range", 'hardware="true"')
+    not_none = s(cfg, RECOVERY_ACTION, 'action!="none"')
+    fatal_sxid = s(cfg, SXID, 'severity="fatal"')
+    uncorrected_aer = s(cfg, AER_LOGGED, 'severity=~"fatal|non_fatal"')
     return [
         P(stat.Panel, "Validator state", unit="none", size=(6, 4),
           targets=[target(common.validator_state(cfg, by(cfg)), "{{node}}", instant=True)],
@@ -47,6 +75,20 @@ def summary_panels(cfg: Config) -> list:
           extra=lambda p: p.mappings(common.mappings({0: ("down", "red"), 1: ("up", "green")})),
           description="Whether Prometheus scrapes the node's agent. Down: every other panel is stale; check "
           "`systemctl status nodewarden-agent` and the agent's listen address (loopback by default)."),
+        P(stat.Panel, "GPUs needing a reset or reboot", unit="short", size=(12, 4), targets=[
+            target(f"sum by ({by(cfg)}) ({not_none})", "{{node}}", instant=True)],
+          extra=lambda p: p.thresholds(common.thresholds((None, "green"), (1, "red"))),
+          description="GPUs whose NVML recovery action is not none (GPU reset, node reboot, drain P2P, drain and "
+          "reset): the driver says they need it before they are fit again. Any: drain the node; the 'GPU "
+          "recovery action' panel names the GPU and the action. No data: the driver does not report the field."),
+        P(stat.Panel, "Fatal SXids and uncorrected PCIe AER (selected range)", unit="short", size=(12, 4), targets=[
+            target(f"sum by ({by(cfg)}) ({_iwf(cfg, fatal_sxid, '$__range')})", "fatal SXid", instant=True),
+            target(f"sum by ({by(cfg)}) ({_iwf(cfg, uncorrected_aer, '$__range')})", "uncorrected AER",
+                   instant=True)],
+          extra=lambda p: p.thresholds(common.thresholds((None, "green"), (1, "red"))),
+          description="Kernel-log events over the time range: fatal NVSwitch SXids, and uncorrected (fatal or "
+          "non-fatal) PCIe AER records. Any: the NVSwitch and PCIe rows below name the switch, the code and "
+          "the device. No data: the node logged none since the agent started."),
     ]
 
 
@@ -107,6 +149,7 @@ def gpu_panels(cfg: Config) -> list:
 
 def pcie_panels(cfg: Config) -> list:
     dev = by(cfg, "pci_bus_id")
+    dev_sev = by(cfg, "pci_bus_id", "severity")
     def below_max(metric: str) -> str:
         cur, mx = s(cfg, metric, 'which="current"'), s(cfg, metric, 'which="max"')
         return f"max by ({dev}) ({cur}) < max by ({dev}) ({mx})"
@@ -126,6 +169,85 @@ def pcie_panels(cfg: Config) -> list:
           description=PER_WINDOW + "PCIe Advanced Error Reporting errors per function, severity and error bit. "
           "`lspci -s <address>` names the device. Fatal or non-fatal errors: service the device or slot; "
           "correctable bursts: a marginal link."),
+        P(timeseries.Panel, "PCIe AER errors per device (kernel log)", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'pci_bus_id', 'severity')}) ({_iwf(cfg, s(cfg, AER_LOGGED))}) > 0",
+                   "{{pci_bus_id}} {{severity}}")],
+          description=PER_WINDOW + "AER error records the kernel logged (`AER: ... error received`, `PCIe Bus "
+          "Error: severity=...`), one per error, by the function the error is about and severity (corrected, "
+          "non_fatal, fatal); the sysfs counters beside it count error bits. An uncorrected error on a GPU "
+          "usually comes before Xid 79: see the GPU reset and recovery row."),
+        P(timeseries.Panel, "PCIe AER recovery outcomes per device", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'pci_bus_id', 'outcome')}) ({_iwf(cfg, s(cfg, AER_RECOVERY))}) > 0",
+                   "{{pci_bus_id}} {{outcome}}")],
+          description=PER_WINDOW + "What the kernel's AER recovery did after an uncorrected error: recovered, "
+          "link_reset (the port's link was reset), no_error_detected_callback (the device's driver cannot "
+          "recover: `can't recover`), recovery_failed. The last two on an NVIDIA function: the GPU is lost "
+          "until a reboot."),
+        P(table.Panel, "PCIe AER per device: kernel log and sysfs (selected range)", unit="short", size=(24, 8),
+          targets=[
+            target(f"sum by ({dev_sev}) ({_iwf(cfg, s(cfg, AER_LOGGED), '$__range')}) > 0", instant=True),
+            target(f"sum by ({dev_sev}) ({aer_sysfs_severity(_iwf(cfg, s(cfg, AER_SYSFS), '$__range'))}) > 0",
+                   instant=True)],
+          extra=lambda p: p.with_transformation(common.model.DataTransformerConfig(id_val="merge", options={}))
+          .with_transformation(common.model.DataTransformerConfig(id_val="organize", options={
+              "renameByName": {"Value #A": "kernel log records", "Value #B": "sysfs error bits"}})),
+          description="Each PCI function with AER errors in the time range, by severity (corrected, non_fatal, "
+          "fatal): the kernel log's records beside the sysfs `aer_dev_*` counters (one count per error bit, "
+          "so one record with two bits counts two). Only sysfs: the kernel rate-limited or lost the lines; "
+          "only the log: a device without AER statistics. `lspci -vvv -s <address>` names the device."),
+    ]
+
+
+def nvswitch_panels(cfg: Config) -> list:
+    sw = by(cfg, "switch", "pci_bus_id", "sxid", "severity")
+    return [
+        P(timeseries.Panel, "NVSwitch SXid errors by switch and code", unit="short", targets=[
+            target(f"sum by ({sw}) ({_iwf(cfg, s(cfg, SXID))}) > 0", "{{switch}} SXid {{sxid}} {{severity}}")],
+          description=PER_WINDOW + "NVSwitch SXid errors from the kernel log (`nvidia-nvswitchN: SXid (PCI:...): "
+          "CODE`), by switch, code and severity (fatal, non_fatal, unknown: a code the SXid catalog does not "
+          "list, printed without its severity line). Fatal: NVLink traffic through the switch stopped; drain the "
+          "node and reset the GPUs and NVSwitches (Fabric Manager's log names the port). Non-fatal ones at a "
+          f"rate ({cfg.sxid_storm_count} in {cfg.sxid_storm_window}) raise NodewardenNvswitchSxidStorm."),
+        P(table.Panel, "NVSwitch SXid errors in the selected range", unit="short", targets=[
+            target(f"sort_desc(sum by ({sw}) ({_iwf(cfg, s(cfg, SXID), '$__range')}) > 0)", instant=True)],
+          description="Each switch and SXid code logged in the time range, with its severity and count. "
+          "`journalctl -k | grep SXid` has the lines (the Data words, link and engine instance); NVIDIA's "
+          "SXid catalog and Fabric Manager's log tell what the code means for that port."),
+    ]
+
+
+def recovery_panels(cfg: Config) -> list:
+    gpu = by(cfg, "gpu")
+    return [
+        P(statetimeline.Panel, "GPU recovery action (NVML)", unit="none", size=(24, 6), targets=[
+            target(recovery_action_value(cfg, gpu), "GPU {{gpu}}")],
+          extra=lambda p: p.mappings(common.mappings(RECOVERY_STATES)).show_value("never"),
+          description="Each GPU's recovery action as NVML reports it (nvmlDeviceGpuRecoveryAction_t): none, GPU "
+          "reset (reset it when idle), node reboot (a GPU reset is not enough), drain P2P (stop peer-to-peer "
+          "traffic, then read it again), drain and reset (it runs at reduced capacity: drain, then reset). "
+          "Anything but none pages (NodewardenGpuResetRequired, NodewardenNodeRebootRequired). No data: "
+          "the driver does not report the field."),
+        P(timeseries.Panel, "GPU reset-required and GPU-lost precursor events", unit="short", targets=[
+            target(f"sum by ({by(cfg, 'gpu', 'pci_bus_id', 'action')}) ({_iwf(cfg, s(cfg, RESET_EVENTS))}) > 0",
+                   "GPU {{gpu}} {{pci_bus_id}} needs {{action}}"),
+            target(f"sum by ({by(cfg, 'gpu', 'pci_bus_id', 'reason')}) ({_iwf(cfg, s(cfg, PRECURSOR))}) > 0",
+                   "GPU {{gpu}} {{pci_bus_id}} precursor {{reason}}")],
+          description=PER_WINDOW + "Kernel-log events per GPU: the driver saying it must be reset or the node "
+          "rebooted (`NV_ERR_RESET_REQUIRED` assertions, Xid 154 with its new action), and GPU-lost precursors "
+          "(an uncorrected AER error on the GPU's function, or AER recovery that failed for it: Xid 79 "
+          "usually follows). An empty GPU: the line named no GPU the agent could map."),
+        P(table.Panel, "GPU reset-required and precursor events in the selected range", unit="short", targets=[
+            target(f"sort_desc(sum by ({by(cfg, 'gpu', 'pci_bus_id', 'action')}) "
+                   f"({_iwf(cfg, s(cfg, RESET_EVENTS), '$__range')}) > 0)", instant=True),
+            target(f"sort_desc(sum by ({by(cfg, 'gpu', 'pci_bus_id', 'reason')}) "
+                   f"({_iwf(cfg, s(cfg, PRECURSOR), '$__range')}) > 0)", instant=True)],
+          extra=lambda p: p.with_transformation(common.model.DataTransformerConfig(id_val="merge", options={}))
+          .with_transformation(common.model.DataTransformerConfig(id_val="organize", options={
+              "renameByName": {"Value #A": "reset-required events", "Value #B": "precursor events"}})),
+          description="Each GPU's reset-required events (by the action the driver asked for) and GPU-lost "
+          "precursors (by reason: fatal_aer, non_fatal_aer, aer_no_error_detected_callback, aer_recovery_failed) "
+          "over the time range. A GPU here: drain the node, reset or reboot as the action says, then run `nodewarden "
+          "validate --checks links,gpu_memory`."),
     ]
 
 
@@ -269,13 +391,15 @@ def dashboard(cfg: Config) -> dash.Dashboard:
         ("Summary", summary_panels(cfg)),
         ("GPU Xid errors", xid_panels(cfg)),
         ("GPUs: memory, NVLink, PCIe", gpu_panels(cfg)),
+        ("GPU reset and recovery", recovery_panels(cfg)),
         ("PCIe devices", pcie_panels(cfg)),
+        ("NVSwitch", nvswitch_panels(cfg)),
         ("InfiniBand ports", ib_panels(cfg)),
         ("CPU memory and machine checks", memory_panels(cfg)),
         ("Validator", validator_panels(cfg)),
         ("Agent health", agent_panels(cfg)),
     ]
     d = common.build("nodewarden / Node detail", common.UIDS["node"],
-                     "One node's faults per GPU, IB port, DIMM and PCI device, its last validator run and the "
-                     "agent's own health.", cfg, sections, one_node=True)
+                     "One node's faults per GPU, IB port, DIMM, PCI device and NVSwitch, its last validator run "
+                     "and the agent's own health.", cfg, sections, one_node=True)
     return d.link(common.dashboard_link("Fleet faults", "fleet"))

@@ -11,7 +11,13 @@ node dashboard has a node's own Xids.
 
 Source of the tables' layout: Fire-Flyer AI-HPC (SC24), Table VI "GPU Xid errors" and Table VII
 "memory and network faults per month"; the paper counts calendar months, these panels count
-30-day buckets (PromQL has no calendar windows)."""
+30-day buckets (PromQL has no calendar windows).
+
+"Beyond the paper": the kernel-log faults the paper's tables do not count (NVSwitch SXids, PCIe
+AER records, GPU reset-required events and GPU-lost precursors), from
+``cluster_kind:nodewarden_beyond_paper_events:interval_increase``, one series per ``kind``: the
+columns of ``nodewarden analyze``'s beyond_paper_monthly table, kept apart so that the paper's
+tables stay as the paper printed them."""
 
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from grafana_foundation_sdk.models import common as cm
 from .. import promql
 from ..config import Config
 from . import common
-from ..rules import CLUSTER_EDAC, CLUSTER_FLASH_CUTS, CLUSTER_XID
+from ..rules import CLUSTER_BEYOND, CLUSTER_EDAC, CLUSTER_FLASH_CUTS, CLUSTER_XID
 from .common import target
 from .common import panel as P
 
@@ -96,12 +102,36 @@ def table7_panels(cfg: Config) -> list:
     ]
 
 
+def beyond_panels(cfg: Config) -> list:
+    rec = c(cfg, CLUSTER_BEYOND)
+    kinds = ("sxid_fatal, sxid_non_fatal, sxid_unknown (NVSwitch SXids by severity), pcie_aer_fatal, "
+             "pcie_aer_non_fatal, pcie_aer_corrected (kernel-log AER records), gpu_reset_required (the driver "
+             "asked for a GPU reset or node reboot), gpu_lost_precursor (uncorrected AER or failed recovery on "
+             "an NVIDIA function)")
+    return [
+        P(table.Panel, "Beyond the paper: events per kind (selected range)", unit="short", size=(8, 9), targets=[
+            target(f"sort_desc(sum by (kind) (sum_over_time({rec}[$__range])) > 0)", instant=True)],
+          description="Kernel-log faults the paper's tables do not count, over the dashboard's time range "
+          f"(counted since the recording rules were loaded), per kind: {kinds}. The same columns as "
+          "`nodewarden analyze`'s beyond_paper_monthly table. Fatal SXids, fatal AER and precursors are node "
+          "drains: find the nodes in the fleet dashboard."),
+        P(timeseries.Panel, "Beyond the paper: events per 30 days", unit="short", size=(16, 9), targets=[
+            target(f"sum by (kind) (sum_over_time({rec}[{BUCKET}]))", "{{kind}}", interval=BUCKET)],
+          extra=_bars,
+          description=BUCKET_NOTE.format(what="the kernel-log faults beyond the paper's tables (stacked by kind)")
+          + f"Kinds: {kinds}. A rising pcie_aer_corrected is links wearing; rising fatal kinds, parts to "
+          "replace."),
+    ]
+
+
 def dashboard(cfg: Config) -> dash.Dashboard:
     sections = [
         ("Table VI: Xid errors per code and group (selected range)", table6_panels(cfg)),
         ("Table VII: memory and network faults per 30 days", table7_panels(cfg)),
+        ("Beyond the paper: NVSwitch SXid, PCIe AER, GPU reset", beyond_panels(cfg)),
     ]
     d = common.build("nodewarden / Failure statistics", common.UIDS["stats"],
-                     "Fire-Flyer Table VI and VII computed live from nodewarden's counters.", cfg, sections,
+                     "Fire-Flyer Table VI and VII computed live from nodewarden's counters, and the faults beyond "
+                     "them.", cfg, sections,
                      node=False)
     return d.time("now-180d", "now").refresh("1h")

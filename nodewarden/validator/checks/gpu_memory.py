@@ -29,6 +29,15 @@ written as STREAM and CUDA's bandwidthTest do; held to ``copy_min_bytes_per_seco
 the profiles' figures are GPU figures) and ``mismatched_words`` (held to 0). A mismatch is status
 ``fail`` with ``details["errors"]``: offset, address, expected and actual word, flipped bits and
 pattern of the first ``max_errors`` failing words.
+
+Before anything is allocated, NVML is asked whether a GPU must be recovered first (param
+``nvml``: ``auto`` does so when the device is CUDA, true/false force it; the NVML snapshot of
+:func:`nodewarden.validator.base.nvml_with_timeout`, bounded by ``nvml_timeout_seconds``): a GPU
+whose recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, :mod:`nodewarden.nvml`)
+is not ``none`` makes the check ``fail`` at once, the reason naming the GPU (NVML index and PCI
+bus id) and the action, ``details["reset_required"]`` listing them; a driver that does not
+answer in time fails it too. The actions read are in ``details["recovery_actions"]`` (PCI bus
+id -> action, or ``not_supported (...)`` where the driver lacks the field: not a failure).
 """
 
 from __future__ import annotations
@@ -37,7 +46,8 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from nodewarden.validator.base import RunContext
+from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_with_timeout, reset_required,
+                                       reset_required_action, reset_required_reason)
 from nodewarden.validator.result import ERROR, FAIL, PASS, CheckResult, status_from_measurements
 
 if TYPE_CHECKING:  # torch is imported lazily: the module must import where torch is absent
@@ -60,6 +70,8 @@ DEFAULTS: dict[str, Any] = {
     "copy_iterations": 10,
     "copy_min_bytes_per_second": 0,  # 0: informational
     "max_errors": 16,                # failing words reported in details["errors"]
+    "nvml": "auto",                  # ask NVML for GPUs that must be recovered first: "auto" on CUDA; true/false
+    "nvml_timeout_seconds": 30,      # NVML not answering this long fails the check (a hung driver)
 }
 QUICK: dict[str, Any] = {"cpu_buffer_bytes": 64 * MiB, "walking_bits": [0, 63], "copy_iterations": 5}
 
@@ -304,7 +316,37 @@ def checked_params(params: dict[str, Any]) -> dict[str, Any]:
     for key, hi in (("coverage_min_ratio", 1.0), ("copy_min_bytes_per_second", float("inf"))):
         if not isinstance(p[key], (int, float)) or not 0 <= p[key] <= hi:
             raise ValueError(f"{key} must be a number in [0, {hi}] (got {p[key]!r})")
+    t = p["nvml_timeout_seconds"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
+        raise ValueError(f"nvml_timeout_seconds must be a number of seconds in (0, 3600] (got {t!r})")
+    if not isinstance(p["nvml"], (bool, str)) or (isinstance(p["nvml"], str) and p["nvml"].strip().lower() not in
+                                                   ("auto", "true", "false", "1", "0", "yes", "no", "on", "off")):
+        raise ValueError(f"nvml must be auto, true or false (got {p['nvml']!r})")
     return p
+
+
+def recovery_precheck(p: dict[str, Any], device: str) -> tuple[CheckResult | None, dict[str, str] | None]:
+    """The NVML pre-check (module docstring): (a ``fail`` result when a GPU must be recovered
+    first or NVML hangs, else None; the actions read by PCI bus id, None when NVML was not asked
+    or is not there). ``device``: the run's compute device (``cuda``/``cpu``). Never raises."""
+    if not nvml_enabled(p["nvml"], device == "cuda"):
+        return None, None
+    gpus, why, hung = nvml_with_timeout(float(p["nvml_timeout_seconds"]))
+    if hung:
+        return CheckResult(NAME, FAIL, reason=f"{why} (driver hung? nvidia-smi would hang too)", device=device,
+                           action="drain the node; check the driver (dmesg for Xid, nvidia-smi) and reset the GPUs",
+                           details={"nvml": why}), None
+    actions = _actions(gpus) if gpus is not None else None
+    bad = reset_required(gpus or [])
+    if bad:
+        return CheckResult(NAME, FAIL, reason=reset_required_reason(bad), action=reset_required_action(bad),
+                           device=device, details={"reset_required": bad, "recovery_actions": actions}), actions
+    return None, actions
+
+
+def _actions(gpus: list[dict[str, Any]] | None) -> dict[str, str]:
+    return {g.get("pci") or f"GPU{g['index']}": g["recovery_action"] or g["recovery_action_read"]
+            for g in gpus or []}
 
 
 def _test_device(device: str, p: dict[str, Any], result: CheckResult, ctx: RunContext,
@@ -408,8 +450,14 @@ def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None)
     compute = ctx.compute()
     if compute.device is None:  # no device to test: never a pass
         return CheckResult(NAME, compute.status or ERROR, reason=compute.reason, action=compute.action)
+    ctx.progress(NAME, 0.0, "nvml recovery action")
+    pre, actions = recovery_precheck(p, compute.device)
+    if pre is not None:  # fail fast: nothing allocated on a GPU the driver says must be recovered
+        return pre
     import torch
     result = CheckResult(NAME, PASS, device=compute.device)
+    if actions is not None:
+        result.details["recovery_actions"] = actions
     if compute.device == "cuda":
         devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
         if not devices:  # nothing written: "0 GiB compared" is no pass

@@ -35,7 +35,12 @@ absent. The check is ``skip`` only when no part could run: never ``pass`` with n
     others (idle, power cap, application clocks, sync boost) are informational.
 
 NVML describes the machine this process runs on, not a fixture tree: it is queried when
-``ctx.sysfs`` is ``/sys`` (param ``nvml`` = ``"auto"``) or when ``nvml`` is true.
+``ctx.sysfs`` is ``/sys`` (param ``nvml`` = ``"auto"``) or when ``nvml`` is true, first of all:
+a GPU whose NVML recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``, see
+:mod:`nodewarden.nvml`) is not ``none`` fails the check before any part runs, the reason naming
+the GPU and the action (``GPU 1 (0000:2a:00.0) must be recovered first: NVML recovery action
+gpu_reset``), ``details["reset_required"]`` listing them. A driver without that field (before
+r570) is not a failure.
 
 The NVIDIA driver lowers a GPU's PCIe speed when the GPU is not in use (nvidia-smi(1), "PCIe
 Generation ... may be reduced when the GPU is not in use"): when NVML reports a GPU in a power
@@ -47,14 +52,16 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.validator.base import RunContext
+from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_snapshot, nvml_with_timeout, reset_required,
+                                       reset_required_action, reset_required_reason)
 from nodewarden.validator.result import FAIL, PASS, SKIP, WARN, CheckResult
+
+__all__ = ["nvml_snapshot", "nvml_with_timeout", "run"]  # the NVML snapshot lives in validator.base
 
 NAME = "links"
 NEEDS: tuple[str, ...] = ()
@@ -490,85 +497,6 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
 
 # ---- NVML (d, e) -------------------------------------------------------------------------------------
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str]:
-    """Per GPU: PCI bus id, name, performance state, NVLink states, SM/memory clocks, clocks-event
-    reasons; or (None, why not)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) not installed"
-    try:
-        pynvml.nvmlInit()
-    except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None, f"NVML not available ({e})"
-
-    def opt(fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except pynvml.NVMLError:
-            return None
-
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            g: dict[str, Any] = {"index": i, "pci": normalize_pci(_text(pynvml.nvmlDeviceGetPciInfo(h).busId))}
-            name = opt(pynvml.nvmlDeviceGetName, h)
-            g["name"] = _text(name) if name is not None else None
-            g["pstate"] = opt(pynvml.nvmlDeviceGetPerformanceState, h)
-            links: dict[int, bool] = {}
-            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                state = opt(pynvml.nvmlDeviceGetNvLinkState, h, link)
-                if state is not None:
-                    links[link] = bool(state)
-            g["nvlink"] = links
-            g["sm_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
-            g["sm_clock_max_mhz"] = opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM)
-            g["mem_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
-            g["clock_reasons"] = None
-            # nvmlDeviceGetCurrentClocksEventReasons (drivers >= 535); the older name before.
-            for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-                f = getattr(pynvml, fn, None)
-                if f is None:
-                    continue
-                try:
-                    g["clock_reasons"] = int(f(h))
-                    g["clock_reasons_api"] = fn
-                    break
-                except pynvml.NVMLError:
-                    continue
-            gpus.append(g)
-        return gpus, ""
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str, bool]:
-    """:func:`nvml_snapshot` in a daemon thread: (gpus, why not, hung)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["v"] = nvml_snapshot()
-        except Exception as e:  # an NVML call failed outside the per-call guards
-            box["v"] = (None, f"NVML query failed: {type(e).__name__}: {e}")
-
-    t = threading.Thread(target=target, name="nodewarden-links-nvml", daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        return None, f"NVML did not answer within {seconds:g} s", True
-    gpus, why = box["v"]
-    return gpus, why, False
-
-
 def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, hung: bool, params: dict[str, Any],
                  res: CheckResult) -> Part:
     part = Part("nvlink")
@@ -684,19 +612,33 @@ ACTIONS = {
 
 
 def _use_nvml(ctx: RunContext, params: dict[str, Any]) -> bool:
-    mode = params.get("nvml", "auto")
-    if isinstance(mode, str) and mode.lower() == "auto":
-        try:
-            return os.path.realpath(ctx.sysfs) == "/sys"
-        except OSError:
-            return False
-    return bool(mode) and str(mode).lower() not in ("false", "0", "no")
+    """Param ``nvml``: ``auto`` queries NVML when ``ctx.sysfs`` is this machine's ``/sys``."""
+    try:
+        here = os.path.realpath(ctx.sysfs) == "/sys"
+    except OSError:
+        here = False
+    return nvml_enabled(params.get("nvml", "auto"), here)
 
 
 def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
+    """The five parts (module docstring). With NVML, a GPU that says it must be recovered first
+    (its NVML recovery action is not ``none``: :func:`nodewarden.validator.base.reset_required`)
+    fails the check at once, before any part runs: its links say nothing until it is reset.
+    A GPU whose driver lacks the recovery-action field is not failed for that."""
     res = CheckResult(NAME, PASS)
     sysfs = Path(ctx.sysfs)
     parts: list[Part] = []
+
+    gpus, why, hung = None, "NVML not queried: sysfs is not this machine's /sys (set links.nvml=true)", False
+    if _use_nvml(ctx, params):
+        ctx.progress(NAME, 0.02, "nvml")
+        gpus, why, hung = nvml_with_timeout(float(params.get("nvml_timeout_seconds") or 30))
+        bad = reset_required(gpus or [])
+        if bad:  # fail fast: the driver itself says this GPU cannot be trusted until recovered
+            res.status, res.reason, res.action = FAIL, reset_required_reason(bad), reset_required_action(bad)
+            res.details["reset_required"] = bad
+            res.details["gpus"] = gpus
+            return res
 
     ctx.progress(NAME, 0.05, "infiniband")
     ports = read_ib_ports(sysfs)
@@ -706,10 +648,6 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     ctx.progress(NAME, 0.2, "ethernet")
     parts.append(check_ethernet(sysfs, rdma_netdevs, params, res))
 
-    gpus, why, hung = None, "NVML not queried: sysfs is not this machine's /sys (set links.nvml=true)", False
-    if _use_nvml(ctx, params):
-        ctx.progress(NAME, 0.4, "nvml")
-        gpus, why, hung = nvml_with_timeout(float(params.get("nvml_timeout_seconds") or 30))
     idle = {g["pci"]: g["pstate"] for g in gpus or []
             if g.get("pci") and isinstance(g.get("pstate"), int) and 3 <= g["pstate"] <= 15}
 
