@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     xi.add_argument("--policy", metavar="FILE", help="operator policy TOML overriding the shipped one")
     xi.set_defaults(func=cmd_xid)
 
+    sx = sub.add_parser("sxid", help="explain an NVSwitch SXid code")
+    sx.add_argument("code", type=int)
+    sx.add_argument("--json", action="store_true", help="print as JSON")
+    sx.set_defaults(func=cmd_sxid)
+
     si = sub.add_parser("simulate", help="write a synthetic fleet's kernel logs and their ground truth",
                         description="Per-node rotated kernel logs under DIR/<host>/ and DIR/ground_truth.csv; "
                                     "fault rates from a TOML file (default: the Fire-Flyer 2 tables).")
@@ -305,6 +310,28 @@ def cmd_xid(args: argparse.Namespace) -> int:
         print(json.dumps(catalog.as_dict(args.code, policy), indent=2))
     else:
         print(catalog.explain(args.code, policy))
+    return exitcodes.OK
+
+
+def cmd_sxid(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from nodewarden.catalog import sxid
+    info = sxid.lookup(args.code)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(info), indent=2))
+        return exitcodes.OK
+    basis = {"fm_guide": "NVIDIA Fabric Manager User Guide", "driver_report": "the driver's report macro"}
+    lines = [f"SXid {info.code}  {info.mnemonic or '(not in the driver list)'}"]
+    if info.name:
+        lines.append(f"  {info.name}")
+    lines.append(f"  unit:      {info.unit or 'unknown'}")
+    lines.append(f"  severity:  {info.severity}" + (f" (from {basis.get(info.severity_basis, info.severity_basis)})"
+                                                    if info.severity_basis else ""))
+    if info.fm_class:
+        lines.append(f"  Fabric Manager class: {info.fm_class}")
+    lines.append("  catalog:   nodewarden/catalog/sxid_catalog.csv (sources in catalog/SOURCES.md)")
+    print("\n".join(lines))
     return exitcodes.OK
 
 

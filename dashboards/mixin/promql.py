@@ -37,6 +37,26 @@ def window_increase(series: str, window: str, lookback: str | None = None) -> st
             f" or increase({series}[{window}])")
 
 
+_UNIT_S = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
+_UNITS = ("y", "w", "d", "h", "m", "s", "ms")
+_TERM = re.compile(r"([0-9]+)(ms|[ywdhms])")
+
+
+def times(duration: str, factor: int) -> str:
+    """A Prometheus duration ``factor`` times as long: ``times("10m", 2)`` -> ``"20m"``, ``"1h30m"``
+    -> ``"3h"``, ``"500ms"`` -> ``"1s"`` (the largest unit that divides it). Raises ValueError for
+    what is not a Prometheus duration (units y w d h m s ms, each once, in that order)."""
+    terms = _TERM.findall(duration)
+    order = [_UNITS.index(u) for _, u in terms]
+    if not terms or "".join(n + u for n, u in terms) != duration or order != sorted(set(order)):
+        raise ValueError(f"not a Prometheus duration: {duration!r}")
+    ms = factor * sum(int(n) * (1 if u == "ms" else 1000 * _UNIT_S[u]) for n, u in terms)
+    for unit, secs in _UNIT_S.items():
+        if unit not in ("y", "w") and ms % (1000 * secs) == 0:
+            return f"{ms // (1000 * secs)}{unit}"
+    return f"{ms}ms"
+
+
 def _born(cfg: Config, series: str, window: str, born: str | None, ignoring: str, lookback: str | None = None) -> str:
     born = born or series
     up = sel(cfg, "up")
@@ -67,6 +87,22 @@ def increase_with_first(cfg: Config, series: str, window: str, born: str | None 
     across a node's reboot or a scrape gap counts, and a series seen before it is not new."""
     lb = cfg.outage_lookback
     return f"{_born(cfg, series, window, born, ignoring, lb)} or {window_increase(series, window, lb)}"
+
+
+def rose_within(cfg: Config, series: str, window: str) -> str:
+    """The series of a counter the agent creates at its first event (as for
+    :func:`increase_with_first`) that rose within ``window``, also after their target stopped
+    being scraped (a node rebooting: its series are stale, and ``increase_with_first`` of a series
+    born in the window gives nothing then): the last value within ``window`` above the last one
+    before it (within ``cfg.outage_lookback``), a series absent before it while its target was
+    scraped, or a counter reset within it. The value is the series' last one, not a count: for
+    ``unless`` and ``and``. ``series`` is a selector (no range)."""
+    lb = cfg.outage_lookback
+    last = f"last_over_time({series}[{window}])"
+    then = f"last_over_time({series}[{lb}] offset {window})"
+    seen = f"max_over_time({sel(cfg, 'up')}[{lb}] offset {window}) == 1"
+    return (f"(({last} unless {then}) and on(job, instance) ({seen})) or ({last} > {then})"
+            f" or (increase({series}[{window}]) > 0)")
 
 
 def interval_increase(cfg: Config, series: str, interval: str, born: str | None = None,

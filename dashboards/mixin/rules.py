@@ -524,10 +524,16 @@ def _host(cfg: Config) -> list[dict]:
         both = (f'label_replace({log}, "source", "kernel_log", "", "")'
                 f' or label_replace({sysfs}, "source", "sysfs", "", "")')
         return f'max without (source, severity) (label_replace({both}, "aer_severity", "$1", "severity", "(.*)"))'
-    precursor = promql.increase_with_first(cfg, sel(cfg, PRECURSOR), w)
-    # a function whose error is a GPU-lost precursor pages as NodewardenGpuLostPrecursor instead
+    # a function whose error is a GPU-lost precursor pages as NodewardenGpuLostPrecursor instead.
+    # The precursor is looked for over the fault window and over two: the agent polls the sysfs
+    # counters, so the same error may rise there a poll (and a scrape) after the log's record,
+    # and its window then ends that much later than the precursor's (the fault window alone
+    # holds while the node has been scraped for less than two); and also once the agent is no
+    # longer scraped (a drained node rebooting), as the sysfs rise still counts then.
+    precursor = " or ".join(f"({promql.rose_within(cfg, sel(cfg, PRECURSOR), win)})"
+                            for win in (w, promql.times(w, 2)))
     uncorrected = (f"({aer('fatal|non_fatal', 'fatal|nonfatal', w)}) > 0"
-                   f" unless on(job, instance, pci_bus_id) (({precursor}) > 0)")
+                   f" unless on(job, instance, pci_bus_id) ({precursor})")
     corrected = f"max without (aer_severity) ({aer('corrected', 'correctable', cfg.aer_corrected_storm_window)})"
     return [
         _alert("NodewardenEdacUncorrectable",

@@ -27,7 +27,7 @@ from nodewarden import __version__
 from nodewarden.events import FaultEvent, iso_utc
 
 META_KEY = b"nodewarden.files"
-FORMAT = 1
+FORMAT = 2  # 2: the ``offset`` column (FaultEvent.origin: where the event's first line is in its file)
 # A file modified this close to the moment it was parsed may change again with the same mtime
 # (file systems stamp with a coarse clock): such an entry is never trusted, the file is parsed.
 RACY_NS = 100_000_000
@@ -76,7 +76,7 @@ def _schema():
     for name in _STR_COLUMNS:
         fields.append(pa.field(name, pa.string()))
     fields += [pa.field("monotonic", pa.float64()), pa.field("xid", pa.int64()), pa.field("code", pa.int64()),
-               pa.field("pid", pa.int64())]
+               pa.field("pid", pa.int64()), pa.field("offset", pa.int64())]
     return pa.schema(fields)
 
 
@@ -154,6 +154,7 @@ class EventCache:
                 d["attrs"] = json.loads(d["attrs"]) if d["attrs"] else {}
                 e = FaultEvent.from_dict(d)
                 e.code = d["code"]
+                e.origin = d["offset"]  # the printed order of events of equal time (tables.events_frame)
                 by_name[file].append(e)
             return out
         except Exception:  # missing, truncated, corrupt or foreign: parse again
@@ -178,6 +179,7 @@ class EventCache:
                     d = e.to_dict()
                     d["attrs"] = json.dumps(d["attrs"], ensure_ascii=False, separators=(",", ":"), default=str)
                     d["code"] = e.code
+                    d["offset"] = e.origin
                     d["file"] = path
                     for name in cols:
                         cols[name].append(d[name])

@@ -131,7 +131,10 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
               note="Per node MTBF = observation window / the node's hardware faults (hours)."),
         Table("co_occurrence", f"Faults that come together (same host, within {window:g} s)", co, co,
               note=f"Each fault counts every other fault label seen on its host within {window:g} s after it, "
-                   "once per label."),
+                   "once per label; faults of the same time in the order the log printed them. PCIe AER records "
+                   "are labelled by severity (pcie_aer:fatal...); their recovery lines are no faults of their own, "
+                   "but for an NVIDIA function's with no AER record within 5 s (pcie_aer_recovery:"
+                   "gpu_lost_precursor)."),
         Table("events_by_kind", "Events by kind", kinds, kinds),
         Table("ib_flash_cuts", "IB flash cuts (every cut)", cuts, _fmt_floats(cuts, 3), printed=False),
         Table("ib_link_outages", "IB link outages (down longer than the 60 s flash-cut limit)", outages,
@@ -140,17 +143,24 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
         Table("beyond_paper_monthly",
               "Beyond the paper - monthly PCIe AER records, NVSwitch SXids, reset-required GPUs and GPU-lost "
               "precursors", beyond, beyond,
-              note="Kinds the paper does not count, kept out of Tables V-VIII. gpu_lost_precursor: uncorrected "
-                   "AER records on an NVIDIA function, and NVIDIA functions the AER driver could not recover "
-                   "without such a record; they are also in the pcie_aer columns. gpu_reset_required: NVRM "
-                   "NV_ERR_RESET_REQUIRED assertions, NVML reset-required reports and Xid 154 changes to an "
-                   "action other than none."),
+              note=tables.WHERE_THE_NEW_KINDS_GO + " In this table: gpu_lost_precursor: uncorrected AER records "
+                   "on an NVIDIA function, and NVIDIA functions the AER driver could not recover without such a "
+                   "record; they are also in the pcie_aer columns. gpu_reset_required: NVRM NV_ERR_RESET_REQUIRED "
+                   "assertions, NVML reset-required reports and Xid 154 changes to an action other than none "
+                   "(see gpu_reset_required)."),
         Table("pcie_aer_by_severity", "PCIe AER records by severity", aer_sev, aer_sev),
         Table("pcie_aer_by_device", "PCIe AER records by device", aer_dev, aer_dev, printed=False,
-              note="first_errors: the error bits marked (First), with how many records named each."),
+              note="first_errors: the error bits marked (First), with how many records named each; errors: every "
+                   "error bit the records list, with how many records listed it; affected_devices: the functions "
+                   "that could not recover (printed \"can't recover\"), such as the GPU a fatal error took off "
+                   "the bus."),
         Table("sxid_by_switch", "NVSwitch SXid errors by switch and code", sxid, sxid),
         Table("gpu_reset_required", "GPUs the driver says must be reset (or the node rebooted)", resets, resets,
-              note="An empty pci_bus_id: the driver's assertion names no GPU."),
+              note="source: assertion (the NVRM NV_ERR_RESET_REQUIRED line), xid154 (an Xid 154 whose new action "
+                   "is not none), nvml (NVML's recovery action). An empty pci_bus_id: the driver's assertion names "
+                   "no GPU. events_by_kind counts only the gpu_reset_required kind (assertions and NVML); Xid 154s "
+                   "are xid events there, and a report seen both in the log and by NVML within 60 s counts once "
+                   "here: the counts differ by design."),
     ]
     disc = tables.flash_cut_discrepancies(t7, t8) + journal_log_discrepancies(df, cuts)
     if paper_dir is not None:

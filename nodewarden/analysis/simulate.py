@@ -55,8 +55,11 @@ TRUTH_FIELDS = ("time", "host", "kind", "xid", "device", "port", "down_time", "u
 # Columns of the kinds beyond the paper, after TRUTH_FIELDS, written only when a row fills one:
 #   code (SXid), severity (sxid/pcie_aer/cpu_ecc), category (the event's category: severity,
 #   gpu_lost_precursor, a recovery outcome), switch (nvidia-nvswitchN), action (reset-required
-#   action; an Xid 154's new action), first_error (the AER bit marked "(First)").
-EXTRA_TRUTH_FIELDS = ("code", "severity", "category", "switch", "action", "first_error")
+#   action; an Xid 154's new action), first_error (the AER bit marked "(First)"), errors (an AER
+#   record's bit names, space-separated, as printed), affected_devices (the functions that
+#   printed "can't recover" for the record, space-separated).
+EXTRA_TRUTH_FIELDS = ("code", "severity", "category", "switch", "action", "first_error", "errors",
+                      "affected_devices")
 # A chained fault's head is printed this long before the fault it leads (real cascades: the DBE,
 # row-remap and contained-error lines of one GPU within 170 ms, real_log_cases X-018, X-019).
 CHAIN_LEAD_US = (5_000, 60_000)
@@ -108,8 +111,12 @@ EDAC_CE = ("EDAC MC{mc}: 1 CE memory read error on CPU_SrcID#{s}_Ha#0_Chan#{c}_D
 # [beyond_paper] keys, in the order they are drawn (a count each over the rates file's span).
 BEYOND_KINDS = ("sxid_non_fatal", "sxid_fatal", "sxid_data_only", "pcie_aer_corrected", "pcie_aer_non_fatal",
                 "pcie_aer_fatal_gpu", "gpu_reset_required", "amd_mca_edac", "ghes_memory")
-# How long each group's lines take (its last line's offset), so that a chained Xid comes after it.
-BEYOND_SPAN_US = {"pcie_aer_fatal_gpu": 1_100_000}
+# How long each group's lines take (at least its last line's offset from its first, see
+# _beyond_group), so that a chained Xid comes after all of them, never between them (an SXid's
+# Severity line is printed 5.1 ms after its Data line, an AER record's recovery ends 1.05 s on).
+BEYOND_SPAN_US = {"sxid_non_fatal": 5_100, "sxid_fatal": 5_100, "sxid_data_only": 0, "pcie_aer_corrected": 60,
+                  "pcie_aer_non_fatal": 2_500, "pcie_aer_fatal_gpu": 1_100_000, "gpu_reset_required": 0,
+                  "amd_mca_edac": 75_000, "ghes_memory": 11_000}
 
 # NVSwitch SXid (real_log_cases S-001, S-101; open-gpu-kernel-modules src/common/nvswitch:
 # NVSWITCH_PRINT_SXID prints "nvidia-nvswitchN: SXid (PCI:<bdf>): <code>, " before each of an
@@ -747,7 +754,7 @@ def _beyond_group(fault: _Fault, rng: random.Random, base: dict[str, Any], gpus:
                   (t0 + 20, AER_BUS_ERROR.format(**d, sev="Corrected", layer="Physical Layer", agent="Receiver ID")),
                   (t0 + 40, AER_DEVICE.format(**d, vendor=ROOT_PORT_ID, status=0x1, mask=0x2000)),
                   (t0 + 60, AER_BIT.format(**d, bit=0, name="RxErr", first=""))]
-        row(t0, "pcie_aer", port, severity="corrected", category="corrected")
+        row(t0, "pcie_aer", port, severity="corrected", category="corrected", errors="RxErr")
         return
     if kind == "pcie_aer_non_fatal":
         # a NIC's Unsupported Request, recovered by its driver (mlx5_core has error handlers)
@@ -763,7 +770,8 @@ def _beyond_group(fault: _Fault, rng: random.Random, base: dict[str, Any], gpus:
                   (t0 + 90, AER_BIT.format(**d, bit=20, name="UnsupReq", first=" (First)")),
                   (t0 + 120, AER_TLP.format(**d, tlp=tlp)),
                   (t0 + 2_500, AER_RECOVERED.format(port=port))]
-        row(t0, "pcie_aer", nic, severity="non_fatal", category="non_fatal", first_error="UnsupReq")
+        row(t0, "pcie_aer", nic, severity="non_fatal", category="non_fatal", first_error="UnsupReq",
+            errors="UnsupReq")
         row(t0 + 2_500, "pcie_aer_recovery", port, category="recovered")
         return
     if kind == "pcie_aer_fatal_gpu":
@@ -781,7 +789,8 @@ def _beyond_group(fault: _Fault, rng: random.Random, base: dict[str, Any], gpus:
                   (t0 + 1_791, AER_BIT.format(**d, bit=5, name="SDES", first="")),
                   (t0 + 2_685, AER_BIT.format(**d, bit=14, name="CmpltTO", first=" (First)")),
                   (t0 + 3_606, AER_CANT_RECOVER.format(drv="nvidia", dev=gpu))]
-        row(t0, "pcie_aer", port, severity="fatal", category="gpu_lost_precursor", first_error="CmpltTO")
+        row(t0, "pcie_aer", port, severity="fatal", category="gpu_lost_precursor", first_error="CmpltTO",
+            errors="SDES CmpltTO", affected_devices=gpu + (f" 0000:{bus}:00.1" if audio else ""))
         row(t0 + 3_606, "pcie_aer_recovery", gpu, category="gpu_lost_precursor")
         if audio:
             lines.append((t0 + 3_608, AER_CANT_RECOVER.format(drv="snd_hda_intel", dev=f"0000:{bus}:00.1")))

@@ -8,17 +8,28 @@ Definitions
 Hardware fault
     an Xid event whose code the catalog policy marks as hardware (``Policy.is_hardware``), a
     ``cpu_ecc`` or ``mce`` event, an IB flash cut, an uncorrected PCIe AER record (``pcie_aer``
-    of severity ``fatal`` or ``non_fatal``, GPU-lost precursors included), or a fatal NVSwitch
-    SXid. Each event counts once (a cpu_ecc line reporting ``3 CE`` is one fault here; Table VII
-    sums the counts instead). Not hardware faults, though counted in their own tables: corrected
-    AER records (the link layer retried and nothing was lost; a bad link prints thousands, which
-    would drown every MTBF), non-fatal and unknown SXids (the fabric carries on: the Fabric Manager
-    guide keeps the switch and its links in service for a non-fatal SXid, and an SXid of unknown
-    severity cannot be called a failure), ``pcie_aer_recovery`` lines (the kernel's recovery of
-    a record already counted), ``gpu_reset_required`` reports and Xid 154 (the driver's demand
-    for a reset after another fault, counted with that fault: the catalog marks 154
-    informational), ``driver_assertion`` (a driver bug's trace), and ``gpu_recovery_action``
-    (NVML's state, not an event).
+    of severity ``fatal`` or ``non_fatal``, whether or not the parser calls it a GPU-lost
+    precursor), a lost AER record (below), or a fatal NVSwitch SXid. Each event counts once (a
+    cpu_ecc line reporting ``3 CE`` is one fault here; Table VII sums the counts instead). Not
+    hardware faults, though counted in their own tables: corrected AER records (the link layer
+    retried and nothing was lost; a bad link prints thousands, which would drown every MTBF),
+    non-fatal and unknown SXids (the fabric carries on: the Fabric Manager guide keeps the switch
+    and its links in service for a non-fatal SXid, and an SXid of unknown severity cannot be
+    called a failure), ``gpu_reset_required`` reports and Xid 154 (the driver's demand for a
+    reset after another fault, counted with that fault: the catalog marks 154 informational),
+    ``driver_assertion`` (a driver bug's trace), and ``gpu_recovery_action`` (NVML's state, not
+    an event).
+AER recovery lines
+    ``pcie_aer_recovery`` events (``can't recover (no error_detected callback)``, ``device
+    recovery failed``, ``Root Port link has been reset``, ``device recovery successful``) are the
+    kernel's recovery of an AER record (drivers/pci/pcie/err.c ``pcie_do_recovery`` runs for an
+    uncorrected error and prints them right after it), consequences of a fault already counted,
+    so they are not in the fault frame: not in the MTBF, repeat offenders or co-occurrence. One
+    exception, a *lost AER record*: an NVIDIA function's ``no_error_detected_callback`` or
+    ``recovery_failed`` line (category ``gpu_lost_precursor``) with no AER record other than a
+    corrected one (a corrected error starts no recovery) on its host within
+    :data:`tables.PRECURSOR_SAME_RECORD_S` (5 s) stands for the record the log lacks: a hardware
+    fault labelled ``pcie_aer_recovery:gpu_lost_precursor``.
 MTBF
     mean time between failures of one category. Observation window W = ``until - since`` when
     both are given, else first..last time of any event in the frame, link up/down lines included
@@ -28,16 +39,15 @@ MTBF
     MTBF = W / F_node. Reported in hours; empty (NaN) when F is 0.
 Co-occurrence
     for each fault (the anchor) on a host, every *other* fault label seen on the same host within
-    ``window`` seconds after it (ties in time count in the frame's order). Labels: ``Xid N`` for
-    Xids; ``KIND:CATEGORY`` for the kinds whose category says what happened (``sxid:fatal``,
-    ``sxid:non_fatal``, ``pcie_aer:fatal``, ``pcie_aer:corrected``,
-    ``pcie_aer:gpu_lost_precursor`` (an uncorrected AER on an NVIDIA function),
-    ``pcie_aer_recovery:gpu_lost_precursor``, ``pcie_aer_recovery:recovery_failed``...); the
-    event kind otherwise (``cpu_ecc``, ``mce``, ``ib_flash_cut``, ``gpu_lost``,
+    ``window`` seconds after it (ties in time count in the order the log printed them: see
+    :func:`tables.events_frame`). Labels: ``Xid N`` for Xids; ``sxid:SEVERITY`` (``sxid:fatal``,
+    ``sxid:non_fatal``, ``sxid:unknown``) and ``pcie_aer:SEVERITY`` (``pcie_aer:fatal``,
+    ``pcie_aer:non_fatal``, ``pcie_aer:corrected``: by the record's severity, so a fatal AER on a
+    GPU is ``pcie_aer:fatal`` too; how many of them were GPU-lost precursors is in the AER
+    tables and the beyond-the-paper table); ``pcie_aer_recovery:gpu_lost_precursor`` for a lost
+    AER record; the event kind otherwise (``cpu_ecc``, ``mce``, ``ib_flash_cut``, ``gpu_lost``,
     ``gpu_reset_required``, ...). So PCIe AER -> Xid 79 and SXid -> Xid 74/145 come out as
-    pairs such as (``pcie_aer:gpu_lost_precursor``, ``Xid 79``) and (``sxid:fatal``, ``Xid 74``).
-    A recovery that worked (``pcie_aer_recovery`` outcome ``recovered`` or ``link_reset``) is no
-    fault.
+    pairs such as (``pcie_aer:fatal``, ``Xid 79``) and (``sxid:fatal``, ``Xid 74``).
     A pair (first, then) counts once per anchor, however often ``then`` recurs in its window, so
     a chain Xid 48 -> 63 -> 94 within the window gives 48->63, 48->94 and 63->94 once each.
 """
@@ -59,47 +69,69 @@ from nodewarden.analysis import tables
 NOT_FAULTS = frozenset({ev.IB_LINK_UP, ev.NET_LINK_UP, ev.IB_PORT_STATE, ev.UNPARSED, ev.IB_LINK_DOWN,
                         ev.IB_FLASH_CUT, ev.NIC_MODULE, ev.GPU_RECOVERY_ACTION})
 HARDWARE_KINDS = frozenset({ev.CPU_ECC, ev.MCE, ev.IB_FLASH_CUT})
-# Kinds labelled KIND:CATEGORY (their category is the severity or the outcome), and the labels
-# of those that are hardware faults (module docstring).
+# Kinds labelled KIND:SEVERITY (module docstring), and the labels that are hardware faults.
 LABELLED_KINDS = frozenset({ev.SXID, ev.PCIE_AER, ev.PCIE_AER_RECOVERY})
-HARDWARE_LABELS = frozenset({"pcie_aer:fatal", "pcie_aer:non_fatal", "pcie_aer:gpu_lost_precursor", "sxid:fatal"})
-# pcie_aer_recovery outcomes that end well: no fault.
-RECOVERED = frozenset({"recovered", "link_reset"})
+LOST_RECORD = f"{ev.PCIE_AER_RECOVERY}:{tables.GPU_LOST_PRECURSOR}"  # the label of a lost AER record
+HARDWARE_LABELS = frozenset({"pcie_aer:fatal", "pcie_aer:non_fatal", "sxid:fatal", LOST_RECORD})
 
 
-def label_of(kind: str, xid, category) -> str:
-    """The fault label (module docstring): ``Xid 79``, ``pcie_aer:fatal``, ``cpu_ecc``..."""
+def label_of(kind: str, xid, category, severity=None) -> str:
+    """The fault label (module docstring): ``Xid 79``, ``pcie_aer:fatal``, ``sxid:fatal``,
+    ``cpu_ecc``... ``severity``: the frame's ``severity`` column (an SXid's or AER record's
+    attrs ``severity``); when it is missing (a journal of another version) a category that is a
+    severity stands for it, else the severity is ``unknown``."""
     if kind == ev.XID and not pd.isna(xid):
         return f"Xid {int(xid)}"
+    if kind in (ev.SXID, ev.PCIE_AER):
+        for v in (severity, category):
+            if isinstance(v, str) and v and v != tables.GPU_LOST_PRECURSOR:
+                return f"{kind}:{v}"
+        return f"{kind}:unknown"
     if kind in LABELLED_KINDS:
         return f"{kind}:{category}" if isinstance(category, str) and category else f"{kind}:unknown"
     return kind
 
 
+def lost_records(df: pd.DataFrame) -> list:
+    """Index labels of the frame's lost AER records (module docstring): NVIDIA
+    ``pcie_aer_recovery`` lines of category ``gpu_lost_precursor`` with no ``pcie_aer`` record
+    other than a corrected one on their host within 5 s."""
+    rec = df[(df["kind"] == ev.PCIE_AER_RECOVERY) & (df["category"] == tables.GPU_LOST_PRECURSOR)]
+    if not len(rec):
+        return []
+    records = df[(df["kind"] == ev.PCIE_AER) & (df["severity"] != "corrected")]
+    return tables.recoveries_without_record(rec, records)
+
+
 def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFrame:
     """The frame's faults with IB link down/up pairs replaced by the flash cuts they make (and
-    journal cuts counted once); adds ``label`` (``Xid 79``, ``cpu_ecc``, ...)."""
+    journal cuts counted once) and AER recovery lines left out but for lost records (module
+    docstring); adds ``label`` (``Xid 79``, ``pcie_aer:fatal``, ``cpu_ecc``, ...). In time order,
+    equal times in the frame's order (the order the logs printed them)."""
     if cuts is None:
         cuts = tables.flash_cuts(df)
-    f = df[~df["kind"].isin(NOT_FAULTS)
-           & ~((df["kind"] == ev.PCIE_AER_RECOVERY) & df["category"].isin(RECOVERED))].copy()
+    if not df.index.is_unique:  # lost_records names rows by index label
+        df = df.reset_index(drop=True)
+    lost = df.index.isin(lost_records(df))
+    f = df[~df["kind"].isin(NOT_FAULTS) & ((df["kind"] != ev.PCIE_AER_RECOVERY) | lost)].copy()
     if len(cuts):
         c = pd.DataFrame({"time": cuts["time"], "host": cuts["host"], "kind": ev.IB_FLASH_CUT,
                           "device": cuts["device"], "source": cuts["source"]})
         f = pd.concat([f, c.reindex(columns=f.columns)], ignore_index=True)
         f["time"] = pd.to_datetime(f["time"], utc=True)
         f["xid"] = f["xid"].astype("Int64")
-    f["label"] = [label_of(k, x, c) for k, x, c in zip(f["kind"], f["xid"], f["category"])]
+    f["label"] = [label_of(k, x, c, s) for k, x, c, s in zip(f["kind"], f["xid"], f["category"], f["severity"])]
     return f.sort_values("time", kind="stable").reset_index(drop=True)
 
 
-def category_of(kind: str, xid, category=None) -> str:
-    """The MTBF category: the Xid's Table V group for Xids, the label for the kinds labelled
-    KIND:CATEGORY (``sxid:fatal``, ``pcie_aer:corrected``), the kind otherwise."""
+def category_of(kind: str, xid, category=None, severity=None) -> str:
+    """The MTBF category: the Xid's Table V group for Xids, the label for the labelled kinds
+    (``sxid:fatal``, ``pcie_aer:corrected``, ``pcie_aer_recovery:gpu_lost_precursor``), the kind
+    otherwise."""
     if kind == ev.XID and not pd.isna(xid):
         return catalog.group_of(int(xid))
     if kind in LABELLED_KINDS:
-        return label_of(kind, xid, category)
+        return label_of(kind, xid, category, severity)
     return kind
 
 
@@ -107,7 +139,7 @@ def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.S
     pol = policy or catalog.load_policy()
     hw = {}
 
-    def is_hw(k: str, x, c) -> bool:
+    def is_hw(k: str, x, c, s) -> bool:
         if k == ev.XID:
             if pd.isna(x):
                 return False
@@ -116,11 +148,11 @@ def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.S
                 hw[x] = pol.is_hardware(x)
             return hw[x]
         if k in LABELLED_KINDS:
-            return label_of(k, x, c) in HARDWARE_LABELS
+            return label_of(k, x, c, s) in HARDWARE_LABELS
         return k in HARDWARE_KINDS
 
-    return pd.Series([is_hw(k, x, c) for k, x, c in zip(f["kind"], f["xid"], f["category"])], index=f.index,
-                     dtype=bool)
+    return pd.Series([is_hw(k, x, c, s) for k, x, c, s in zip(f["kind"], f["xid"], f["category"], f["severity"])],
+                     index=f.index, dtype=bool)
 
 
 def repeat_offenders(df: pd.DataFrame, cuts: pd.DataFrame | None = None, top: int = 10,
@@ -168,8 +200,8 @@ def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime 
     lo, hi = observation_window(df, since, until)
     hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
     n = nodes if nodes is not None else int(df["host"].dropna().nunique())
-    cats = pd.Series([category_of(k, x, c) for k, x, c in zip(f["kind"], f["xid"], f["category"])], index=f.index,
-                     dtype=object)
+    cats = pd.Series([category_of(k, x, c, s) for k, x, c, s in zip(f["kind"], f["xid"], f["category"], f["severity"])],
+                     index=f.index, dtype=object)
     counts = cats.value_counts()
     order = [g for g in catalog.GROUPS if g in counts] + sorted(c for c in counts.index if c not in catalog.GROUPS)
     rows = [(c, int(counts[c])) for c in order] + [("hardware", int(hardware_mask(f, policy).sum()))]

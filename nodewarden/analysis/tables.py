@@ -17,13 +17,20 @@ and ``ib_flash_cut`` events of agent journals. A journal cut of the same host an
 ``skew`` seconds of a log-derived cut is the same cut and counts once. Longer drops are outages
 (``ib_link_outages``), listed with their durations.
 
-Beyond the paper (kinds the paper does not count; issue 11). The paper's tables above never
-count them, so a fleet with them prints Tables V-VIII as before:
+Beyond the paper (issue 11). Where the new kinds go (:data:`WHERE_THE_NEW_KINDS_GO`):
+NVSwitch SXids, PCIe AER records and recovery lines, ``gpu_reset_required`` reports and
+driver assertions are in none of Tables V-VIII; an Xid 154 is an Xid, counted in Tables V and
+VI like any other (Table V names it in its row's ``xids``); AMD MCA and GHES memory errors are
+CPU memory ECC errors (``cpu_ecc`` events), counted in Table VII's ``main_memory_cpu_ecc`` as
+the paper counts CPU memory ECC errors, whatever reports them. The tables of the kinds the
+paper does not count:
 
 * ``sxid_by_switch``: host, switch, pci_bus_id, sxid, severity, count (NVSwitch SXid errors).
-* ``pcie_aer_by_device``: host, pci_bus_id, severity, count, first_errors (PCIe AER records).
+* ``pcie_aer_by_device``: host, pci_bus_id, severity, count, first_errors, errors,
+  affected_devices (PCIe AER records).
 * ``pcie_aer_by_severity``: severity, count, hosts, devices, gpu_lost_precursor (and a Total row).
-* ``gpu_reset_required``: host, pci_bus_id, action, count, first, last (reset-required reports).
+* ``gpu_reset_required``: host, pci_bus_id, action, source, count, first, last (reset-required
+  reports).
 * ``beyond_paper_monthly``: month, pcie_aer_fatal, pcie_aer_non_fatal, pcie_aer_corrected,
   sxid_fatal, sxid_non_fatal, gpu_reset_required, gpu_lost_precursor (and a Total row).
 * ``ib_link_outages``: host, device, port, down, up, duration_s.
@@ -43,7 +50,7 @@ from nodewarden import events as ev
 from nodewarden.events import XID, FaultEvent
 
 EVENT_COLUMNS = ("time", "host", "kind", "xid", "category", "device", "pci_bus_id", "source", "count",
-                 "sxid", "severity", "switch", "action", "first_error", "duration_s")
+                 "sxid", "severity", "switch", "action", "first_error", "duration_s", "errors", "affected_devices")
 # The columns after ``count`` hold the attrs the tables beyond the paper need (None elsewhere):
 #   sxid         the SXid code of an ``sxid`` event (Int64)
 #   severity     ``sxid``/``pcie_aer`` attrs ``severity`` (fatal, non_fatal, corrected, unknown)
@@ -52,6 +59,10 @@ EVENT_COLUMNS = ("time", "host", "kind", "xid", "category", "device", "pci_bus_i
 #                ``action``, an Xid 154's attrs ``recovery_action`` (the action changed *to*)
 #   first_error  ``pcie_aer`` attrs ``first_error`` (the bit name marked ``(First)``)
 #   duration_s   ``ib_flash_cut``/``ib_link_outage`` attrs ``duration_s`` (float seconds)
+#   errors       ``pcie_aer`` attrs ``errors``: the names of the record's error bits, a tuple
+#                (``("SDES", "CmpltTO")``), in the order the record lists them
+#   affected_devices  ``pcie_aer`` attrs ``affected_devices``: the functions (PCI ids) that
+#                printed "can't recover" for the record, a tuple (empty when none did)
 _DETAIL_COLUMNS = EVENT_COLUMNS[9:]
 
 GPU_MEMORY_XIDS = (63, 64, 79, 94, 95)  # Table VII's "GPU memory-related" Xids
@@ -65,13 +76,55 @@ LOG, JOURNAL = "log", "journal"
 def events_frame(events: Iterable[FaultEvent]) -> pd.DataFrame:
     """One row per event: time (UTC, NaT when unknown), host, kind, xid (nullable Int64),
     category, device, pci_bus_id, source, count, and the detail columns of :data:`EVENT_COLUMNS`
-    (None unless the kind has them)."""
-    rows = [
-        (_frame_time(e.time), e.host, e.kind, e.code if e.kind == XID else None, e.category, e.device, e.pci_bus_id,
-         e.source, _count(e), *(_details(e) if e.kind in _DETAIL_KINDS or e.code == 154 else _NO_DETAILS))
-        for e in events
-    ]
-    return make_frame(rows)
+    (None unless the kind has them).
+
+    Rows are in the order the logs printed the events (:func:`printed_order`), not the order
+    the parser released them: it holds a multi-line record (an SXid's three lines, an AER record
+    and its recovery lines) until the record is complete, so a one-line Xid printed after the
+    record's first line comes out first. The statistics sort by time keeping the frame's order
+    for equal times (a log stamped in whole seconds), which is then the printed order."""
+    rows = []
+    places = []
+    for e in events:
+        rows.append((_frame_time(e.time), e.host, e.kind, e.code if e.kind == XID else None, e.category, e.device,
+                     e.pci_bus_id, e.source, _count(e),
+                     *(_details(e) if e.kind in _DETAIL_KINDS or e.code == 154 else _NO_DETAILS)))
+        places.append(_place(e))
+    return make_frame([rows[i] for i in printed_order(places)])
+
+
+def _place(e: FaultEvent) -> tuple[tuple, int | None]:
+    """(input, position) of an event: input = (the file it was read from, attrs ``origin``; its
+    boot id, for an agent journal; its source); position = the byte offset of its first line in
+    that input (``FaultEvent.origin``), else the /dev/kmsg sequence number of its first record
+    (attrs ``seq``: an agent journal's kernel-log events), else None (unknown: an NVML event)."""
+    a = e.attrs
+    pos = e.origin
+    if pos is None:
+        seq = a.get("seq")
+        pos = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+    origin, boot = a.get("origin"), a.get("boot_id")
+    return (origin if isinstance(origin, str) else None, boot if isinstance(boot, str) else None, e.source), pos
+
+
+def printed_order(places: list[tuple[tuple, int | None]]) -> list[int]:
+    """Indices of the events (given as :func:`_place` pairs, in the order they were read) in the
+    order their inputs printed them: each run of consecutive events of one input (all hosts of
+    a merged log: one file) sorted by position, stably; an event of unknown position stays right
+    after the one read before it, in its run. Runs, and so inputs, stay in the order read."""
+    keys = []
+    run = -1
+    prev_input: object = object()
+    pos = -1
+    for inp, p in places:
+        if p is not None:
+            if inp != prev_input:
+                run, prev_input = run + 1, inp
+            pos = p
+        elif run < 0:
+            run = 0
+        keys.append((run, pos))
+    return sorted(range(len(places)), key=keys.__getitem__)
 
 
 _DETAIL_KINDS = frozenset({ev.SXID, ev.PCIE_AER, ev.GPU_RESET_REQUIRED, ev.GPU_RECOVERY_ACTION, ev.IB_FLASH_CUT,
@@ -84,16 +137,22 @@ def _text(v) -> str | None:
 
 
 def _details(e: FaultEvent) -> tuple:
-    """(sxid, severity, switch, action, first_error, duration_s) of one event (see EVENT_COLUMNS);
-    a value of the wrong type (a journal written by another version) is None."""
+    """(sxid, severity, switch, action, first_error, duration_s, errors, affected_devices) of one
+    event (see EVENT_COLUMNS); a value of the wrong type (a journal written by another version)
+    is None (a list item of the wrong type is left out)."""
     a = e.attrs
-    sxid = severity = switch = action = first = duration = None
+    sxid = severity = switch = action = first = duration = errors = affected = None
     if e.kind == ev.SXID:
         n = a.get("sxid", e.code)
         sxid = n if isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31 else None
         severity, switch = _text(a.get("severity")), _text(a.get("switch"))
     elif e.kind == ev.PCIE_AER:
         severity, first = _text(a.get("severity")), _text(a.get("first_error"))
+        errs, devs = a.get("errors"), a.get("affected_devices")
+        if isinstance(errs, list):
+            errors = tuple(b["name"] for b in errs if isinstance(b, dict) and _text(b.get("name")))
+        if isinstance(devs, list):
+            affected = tuple(d for d in devs if _text(d))
     elif e.kind in (ev.GPU_RESET_REQUIRED, ev.GPU_RECOVERY_ACTION):
         action = _text(a.get("action"))
     elif e.kind == XID:
@@ -101,7 +160,7 @@ def _details(e: FaultEvent) -> tuple:
     elif e.kind in (ev.IB_FLASH_CUT, ev.IB_LINK_OUTAGE):
         d = a.get("duration_s")
         duration = float(d) if isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d < 1e9 else None
-    return sxid, severity, switch, action, first, duration
+    return sxid, severity, switch, action, first, duration, errors, affected
 
 
 # pandas' nanosecond timestamps span 1677-09-22 .. 2262-04-11: a time outside is a clock gone
@@ -124,7 +183,7 @@ def make_frame(rows: Iterable[tuple]) -> pd.DataFrame:
         df[c] = df[c].astype("Int64")
     df["duration_s"] = df["duration_s"].astype(float)
     for c in ("host", "kind", "category", "device", "pci_bus_id", "source", "severity", "switch", "action",
-              "first_error"):
+              "first_error", "errors", "affected_devices"):
         df[c] = df[c].astype(object)
     return df
 
@@ -192,10 +251,13 @@ def format_percent(table: pd.DataFrame) -> pd.DataFrame:
 def table5_xid_groups(df: pd.DataFrame) -> pd.DataFrame:
     """Table V: the paper's Xid grouping with the events counted per group and what to do.
 
-    Columns: ``group`` (Table V label), ``xids`` (the codes the paper names, comma-separated),
-    ``count`` (Xid events of the group, any code the catalog files there), ``percentage`` of all
-    Xid events, ``remedy`` (catalog.GROUP_REMEDY). One row per group in the paper's order, an
-    "Unknown" row only when codes outside the catalog occurred, and a Total row.
+    Columns: ``group`` (Table V label), ``xids`` (the codes counted in the row,
+    comma-separated: the codes the paper names for the group, then, in code order, the other
+    codes of the group that occurred, such as 154 in Other Failures: ``119, 154``; with only the
+    paper's codes in the logs the row reads as the paper printed it), ``count`` (Xid events of
+    the group, any code the catalog files there), ``percentage`` of all Xid events, ``remedy``
+    (catalog.GROUP_REMEDY). One row per group in the paper's order, an "Unknown" row only when
+    codes outside the catalog occurred, and a Total row.
     """
     xids = df.loc[df["kind"] == XID, "xid"].dropna().astype(int)
     groups = xids.map(catalog.group_of)
@@ -206,6 +268,11 @@ def table5_xid_groups(df: pd.DataFrame) -> pd.DataFrame:
         info = catalog.lookup(code)
         if info.group_source == "paper" and info.group in named:
             named[info.group].append(code)
+    seen = set(xids)
+    for code in sorted(seen):
+        g = catalog.group_of(code)
+        if g in named and code not in named[g]:
+            named[g].append(code)  # counted in the row: named after the paper's codes
     rows = []
     for g in catalog.GROUPS:
         n = int(counts.get(g, 0))
@@ -393,10 +460,26 @@ def flash_cut_discrepancies(t7: pd.DataFrame, t8: pd.DataFrame, label7: str = "T
 
 # ---- beyond the paper: SXid, PCIe AER, reset-required GPUs -----------------------------------
 
+# Where the kinds of issue 11 are counted (the report's note under the tables beyond the paper).
+WHERE_THE_NEW_KINDS_GO = (
+    "Where the new kinds go. In none of Tables V-VIII, only in the tables beyond the paper: NVSwitch SXids, "
+    "PCIe AER records and their recovery lines, gpu_reset_required reports (NVRM NV_ERR_RESET_REQUIRED "
+    "assertions, NVML) and driver assertions. Xid 154 is an Xid: Tables V (Other Failures, named in its xids) "
+    "and VI count it like any Xid, and it is a reset-required report here when its new action is not none. "
+    "AMD MCA and GHES (firmware-first) memory errors are CPU memory ECC errors: Table VII's main_memory_cpu_ecc "
+    "counts them, as the paper counts CPU memory ECC errors whatever reports them (one error once, when its "
+    "EDAC line is printed too); an AMD MCA error of a bank other than memory is an mce event, in no paper table. "
+    "The MTBF, repeat-offender and co-occurrence tables take the new kinds as their labels (pcie_aer:fatal, "
+    "sxid:fatal...): AER recovery lines are left out of them (the record is the fault), but for an NVIDIA "
+    "function's that no AER record accompanies (pcie_aer_recovery:gpu_lost_precursor).")
+
 SXID_BY_SWITCH_COLUMNS = ("host", "switch", "pci_bus_id", "sxid", "severity", "count")
-PCIE_AER_BY_DEVICE_COLUMNS = ("host", "pci_bus_id", "severity", "count", "first_errors")
+PCIE_AER_BY_DEVICE_COLUMNS = ("host", "pci_bus_id", "severity", "count", "first_errors", "errors",
+                              "affected_devices")
 PCIE_AER_BY_SEVERITY_COLUMNS = ("severity", "count", "hosts", "devices", "gpu_lost_precursor")
-GPU_RESET_REQUIRED_COLUMNS = ("host", "pci_bus_id", "action", "count", "first", "last")
+GPU_RESET_REQUIRED_COLUMNS = ("host", "pci_bus_id", "action", "source", "count", "first", "last")
+# gpu_reset_required ``source``: what reported the reset
+RESET_ASSERTION, RESET_XID154, RESET_NVML = "assertion", "xid154", "nvml"
 BEYOND_PAPER_COLUMNS = ("month", "pcie_aer_fatal", "pcie_aer_non_fatal", "pcie_aer_corrected", "sxid_fatal",
                         "sxid_non_fatal", "gpu_reset_required", "gpu_lost_precursor")
 GPU_LOST_PRECURSOR = "gpu_lost_precursor"  # the category parsers give a fatal AER on a GPU
@@ -441,18 +524,38 @@ def _aer_order(sev: str) -> tuple[int, str]:
 def pcie_aer_by_device(df: pd.DataFrame) -> pd.DataFrame:
     """PCIe AER error records (``pcie_aer`` events, kernel or firmware-first GHES) per host,
     device (``pci_bus_id``: the device the record is about) and severity (``fatal``,
-    ``non_fatal``, ``corrected``). ``first_errors``: the error bits marked ``(First)`` with how
-    many records named each, most frequent first (``CmpltTO (2); SDES (1)``; "" when none
-    named one). Rows by host, device, severity (fatal first)."""
-    a = _keys(df[df["kind"] == ev.PCIE_AER], ["host", "pci_bus_id", "severity", "first_error"])
+    ``non_fatal``, ``corrected``). Rows by host, device, severity (fatal first). Columns after
+    ``count``:
+
+    * ``first_errors``: the error bits marked ``(First)`` with how many records named each, most
+      frequent first (``CmpltTO (2); SDES (1)``; "" when none named one);
+    * ``errors``: every error bit the records list (attrs ``errors``: the ``[ N] Name`` lines, or
+      the bits of the status word when the kernel printed none) with how many records listed
+      it, most frequent first, then by name (``RxErr (20); BadTLP (3)``; "" when none);
+    * ``affected_devices``: the functions that could not recover from the records (attrs
+      ``affected_devices``: those that printed ``can't recover (no error_detected callback)``,
+      the GPU a fatal error took off the bus, its audio function...), PCI ids sorted,
+      comma-separated ("" when none)."""
+    a = _keys(df[df["kind"] == ev.PCIE_AER], ["host", "pci_bus_id", "severity", "first_error", "errors",
+                                               "affected_devices"])
     rows = []
     for (host, bus, sev), g in a.groupby(["host", "pci_bus_id", "severity"], sort=False):
         firsts = g["first_error"][g["first_error"] != ""].value_counts()
-        named = sorted(firsts.items(), key=lambda kv: (-kv[1], kv[0]))
+        bits: dict[str, int] = {}
+        for names in g["errors"]:
+            for name in dict.fromkeys(names or ()):  # a bit counts once per record
+                bits[name] = bits.get(name, 0) + 1
+        lost = sorted({d for devs in g["affected_devices"] for d in (devs or ())})
         rows.append({"host": host, "pci_bus_id": bus, "severity": sev, "count": len(g),
-                     "first_errors": "; ".join(f"{name} ({n})" for name, n in named)})
+                     "first_errors": _named_counts(firsts.items()), "errors": _named_counts(bits.items()),
+                     "affected_devices": ", ".join(lost)})
     rows.sort(key=lambda r: (r["host"], r["pci_bus_id"], _aer_order(r["severity"])))
     return pd.DataFrame(rows, columns=list(PCIE_AER_BY_DEVICE_COLUMNS)).astype({"count": int})
+
+
+def _named_counts(items: Iterable[tuple[str, int]]) -> str:
+    """``Name (n); Other (m)``, most frequent first, then by name."""
+    return "; ".join(f"{name} ({n})" for name, n in sorted(items, key=lambda kv: (-kv[1], kv[0])))
 
 
 def pcie_aer_by_severity(df: pd.DataFrame) -> pd.DataFrame:
@@ -504,18 +607,36 @@ def reset_reports(df: pd.DataFrame) -> pd.DataFrame:
     return r.loc[keep]
 
 
+def reset_source(kind: str, source: str | None) -> str:
+    """What reported a reset-required report: ``xid154`` (an Xid 154 whose new action is not
+    none), ``nvml`` (a ``gpu_reset_required`` event of the NVML collector, source ``nvml``), or
+    ``assertion`` (the NVRM assertion with ``[NV_ERR_RESET_REQUIRED]`` in the kernel log, read
+    from a log or an agent journal)."""
+    if kind == XID:
+        return RESET_XID154
+    return RESET_NVML if source == "nvml" else RESET_ASSERTION
+
+
 def gpu_reset_required(df: pd.DataFrame) -> pd.DataFrame:
     """Reset-required reports (:func:`reset_reports`) per host, GPU (``pci_bus_id``; "" when the
-    driver printed none, as its assertion lines do) and ``action`` (``gpu_reset``,
-    ``node_reboot``, ``drain_p2p``, ``drain_and_reset``): ``count``, ``first`` and ``last``
-    report time (UTC; NaT when untimed). Most reports first, then by host, GPU, action."""
-    r = _keys(reset_reports(df), ["host", "pci_bus_id", "action", "time"])
+    driver printed none, as its assertion lines do), ``action`` (``gpu_reset``,
+    ``node_reboot``, ``drain_p2p``, ``drain_and_reset``) and ``source`` (:func:`reset_source`:
+    ``assertion``, ``xid154``, ``nvml``; a report merged with one of other evidence is the one
+    counted first's): ``count``, ``first`` and ``last`` report time (UTC; NaT when untimed). Most
+    reports first, then by host, GPU, action, source.
+
+    ``events_by_kind`` counts the ``gpu_reset_required`` kind only (assertions and NVML's
+    reports); the Xid 154s here are ``xid`` events there, and a report of two kinds of evidence
+    counts once here: the counts differ by design."""
+    r = reset_reports(df)
+    r = _keys(r.assign(source=[reset_source(k, s) for k, s in zip(r["kind"], r["source"])]),
+              ["host", "pci_bus_id", "action", "source", "time"])
     rows = []
-    for (host, bus, action), g in r.groupby(["host", "pci_bus_id", "action"], sort=False):
+    for (host, bus, action, source), g in r.groupby(["host", "pci_bus_id", "action", "source"], sort=False):
         t = g["time"].dropna()
-        rows.append({"host": host, "pci_bus_id": bus, "action": action, "count": len(g),
+        rows.append({"host": host, "pci_bus_id": bus, "action": action, "source": source, "count": len(g),
                      "first": t.min() if len(t) else pd.NaT, "last": t.max() if len(t) else pd.NaT})
-    rows.sort(key=lambda x: (-x["count"], x["host"], x["pci_bus_id"], x["action"]))
+    rows.sort(key=lambda x: (-x["count"], x["host"], x["pci_bus_id"], x["action"], x["source"]))
     out = pd.DataFrame(rows, columns=list(GPU_RESET_REQUIRED_COLUMNS)).astype({"count": int})
     for c in ("first", "last"):
         out[c] = pd.to_datetime(out[c], utc=True)
@@ -533,16 +654,29 @@ def gpu_lost_precursors(df: pd.DataFrame) -> pd.DataFrame:
     pre = df[df["category"] == GPU_LOST_PRECURSOR]
     records = pre[pre["kind"] == ev.PCIE_AER]
     rec = pre[pre["kind"] == ev.PCIE_AER_RECOVERY]
-    w = pd.Timedelta(seconds=PRECURSOR_SAME_RECORD_S)
-    keep = []
-    for i, r in zip(rec.index, rec.itertuples(index=False)):
-        same = records[records["host"].fillna("") == (r.host or "")]
-        if pd.isna(r.time):
-            if not same["time"].isna().any():
-                keep.append(i)
-        elif not ((same["time"] - r.time).abs() <= w).any():
-            keep.append(i)
+    keep = recoveries_without_record(rec, records)
     return pd.concat([records, rec.loc[keep]]).sort_values("time", kind="stable", na_position="last")
+
+
+def recoveries_without_record(recoveries: pd.DataFrame, records: pd.DataFrame,
+                              window: float = PRECURSOR_SAME_RECORD_S) -> list:
+    """Index labels of the rows of ``recoveries`` (``pcie_aer_recovery`` events) that no row of
+    ``records`` (``pcie_aer`` events) of the same host is within ``window`` seconds of, either
+    side (the kernel prints the recovery lines of a record within milliseconds of it; the window
+    allows for stamps of whole seconds and clocks of different sources). An untimed recovery has
+    a record when its host has an untimed record (dmesg -H without an anchor: no time to
+    compare)."""
+    w = pd.Timedelta(seconds=window)
+    times = {h: g for h, g in records["time"].groupby(records["host"].fillna(""))} if len(records) else {}
+    keep = []
+    for i, host, t in zip(recoveries.index, recoveries["host"].fillna(""), recoveries["time"]):
+        same = times.get(host, pd.Series([], dtype="datetime64[ns, UTC]"))
+        if pd.isna(t):
+            if not same.isna().any():
+                keep.append(i)
+        elif not ((same - t).abs() <= w).any():
+            keep.append(i)
+    return keep
 
 
 def beyond_paper_monthly(df: pd.DataFrame) -> pd.DataFrame:

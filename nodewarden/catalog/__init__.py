@@ -514,7 +514,10 @@ def explain(code: int, policy: Policy | None = None) -> str:
             else "assigned by nodewarden; the paper does not name this code"
         )
         out.append(line("group", f"{info.group} ({origin})"))
-        out.append(line("NVIDIA immediate", info.immediate_action or "none listed"))
+        immediate = info.immediate_action or "none listed"
+        if immediate == f"XID_{info.code}":  # NVIDIA's bucket "act as the line says" (Xid 154)
+            immediate += " (do what the line's new recovery action says: GPU reset, node reboot, drain ...)"
+        out.append(line("NVIDIA immediate", immediate))
         out.append(line("NVIDIA investigatory", info.investigatory_action or "none listed"))
         if info.possible_causes:
             causes = ", ".join(info.possible_causes) + " (NVIDIA r555 listing)"

@@ -23,7 +23,9 @@ EDAC_RE = re.compile(
     r"EDAC (?:[\w-]+ )?MC(?P<mc>[0-9]{1,9}): (?P<count>[0-9]{1,9}) (?P<type>CE|UE|Fatal|Deferred)\b"
     r"(?P<what>[^()\[\]:]{0,160}?) on (?P<label>[^()\s](?:[^()]{0,126}[^()\s])?)(?:\s*\((?P<details>.*)\))?\s*$")
 TYPES = {"CE": "corrected", "UE": "uncorrected", "Fatal": "uncorrected", "Deferred": "deferred"}
-MAX_COUNT = 1 << 31  # the kernel reports a u16 error count per line: past this a line is mangled
+# The count a line reports is a u16 (include/linux/edac.h, struct edac_raw_error_desc: ``u16
+# error_count``; edac_mc_handle_error takes it as u16): a count past 65535 is a mangled line.
+MAX_COUNT = 0xFFFF
 EDAC_HINT_RE = re.compile(r"EDAC\b.*\bMC[0-9]+: [0-9]+ (?:CE|UE)\b")
 # The machine-check decode some EDAC drivers (sb_edac, skx_common) print before the error line:
 # "EDAC sbridge MC0: CPU 0: Machine Check Event: 0 Bank 5: 8c00004000010092", then "ADDR 849923380",

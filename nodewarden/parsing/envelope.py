@@ -26,6 +26,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from nodewarden.events import TIME_MONO, TIME_NONE, TIME_WALL
+from nodewarden.parsing.lines import TRIGGERS
 
 UTC = dt.timezone.utc
 
@@ -632,7 +633,14 @@ def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
             if rec.time is not None:
                 rec.time_kind = TIME_WALL
                 rec.raw_time = str(rt)
-        mono = ascii_uint(obj.get("__MONOTONIC_TIMESTAMP"))
+        # A kernel record's own stamp: journald's kmsg reader (systemd src/journal/journald-kmsg.c,
+        # dev_kmsg_record) writes the kmsg usec field as _SOURCE_MONOTONIC_TIMESTAMP, the stamp
+        # dmesg and kern.log print as [mono]; __MONOTONIC_TIMESTAMP is when journald received it
+        # (later, by up to the time journald lags). The same printk in kern.log and here is one
+        # record (dedupe pairs them by it); other transports have only the receive stamp.
+        mono = ascii_uint(obj.get("_SOURCE_MONOTONIC_TIMESTAMP")) if transport == "kernel" else None
+        if mono is None:
+            mono = ascii_uint(obj.get("__MONOTONIC_TIMESTAMP"))
         if mono is not None:
             rec.monotonic = mono_seconds(mono / 1e6)
         fac, pri = ascii_uint(obj.get("SYSLOG_FACILITY")), ascii_uint(obj.get("PRIORITY"))
@@ -680,10 +688,19 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# The keys a JSON wrapper keeps the wrapped line under ("line": gpud's scanner log, whose "msg" is
+# its own note such as "known aer").
+_MESSAGE_KEYS = ("message", "msg", "log", "MESSAGE", "line")
+
+
 def _find_message(obj: dict[str, Any], depth: int = 0) -> str | None:
-    for key in ("message", "msg", "log", "MESSAGE", "line"):  # "line": gpud's scanner log
+    """The wrapped line of a JSON wrapper: the first value under :data:`_MESSAGE_KEYS` holding one
+    of the words of a kernel record a parser reads (:data:`nodewarden.parsing.lines.TRIGGERS`, the
+    list the stream filters by: a new fault kind's word unwraps too), then the same in nested
+    objects (3 levels), else the first text value under those keys; None when there is none."""
+    for key in _MESSAGE_KEYS:
         v = obj.get(key)
-        if isinstance(v, str) and ("NVRM" in v or "Xid" in v or "EDAC" in v or "mce" in v or "mlx" in v):
+        if isinstance(v, str) and any(t in v for t in TRIGGERS):
             return v.rstrip("\n")
     if depth < 3:
         for v in obj.values():
@@ -691,7 +708,7 @@ def _find_message(obj: dict[str, Any], depth: int = 0) -> str | None:
                 found = _find_message(v, depth + 1)
                 if found is not None:
                     return found
-    for key in ("message", "msg", "log"):
+    for key in _MESSAGE_KEYS:
         v = obj.get(key)
         if isinstance(v, str):
             return v.rstrip("\n")

@@ -1,5 +1,6 @@
-"""Two rules every reader and parser of kernel-log text shares: where one line ends, and where
-the driver's message starts inside a record.
+"""Three rules every reader and parser of kernel-log text shares: where one line ends, where
+the driver's message starts inside a record, and which words make a record worth parsing
+(:data:`TRIGGERS`: the stream's filter and the JSON wrappers' unwrapping use this one list).
 
 Lines. A line ends at LF, CRLF, a lone CR, NEL (U+0085), LINE SEPARATOR (U+2028) or PARAGRAPH
 SEPARATOR (U+2029): the newline functions of Unicode (UAX #14) less VT and FF, which stay text.
@@ -20,6 +21,16 @@ is never a fault; :mod:`nodewarden.parsing.stream` counts it as ``unparsed`` (se
 from __future__ import annotations
 
 import re
+
+# Words one of which every kernel record a parser reads holds: a cheap substring test before any
+# regex (nodewarden.parsing.stream.KernelLogParser.feed) and the test by which a JSON wrapper's
+# value is taken as the wrapped kernel line (nodewarden.parsing.envelope). ONE list for both: a
+# new fault kind's word goes here, and both readers see it.
+TRIGGERS: tuple[str, ...] = ("NVRM", "Xid", "EDAC", "mce: ", "Port: ", "mlx", "fallen off the bus")
+# PCIe AER lines (the bit lines carry no word: the device prefix's ": " and their indent), GHES
+# records and the AMD MCA decoder ("[Hardware Error]: ...").
+TRIGGERS += ("AER", "Bus Error", "status/mask", ":    [", ":  [", "TLP Header", "Error of this Agent",
+             "link has been reset", "aer_", "Hardware Error")
 
 # The line ends (see module docstring); CRLF first so that it is one end, not two.
 LINE_END_RE = re.compile(r"\r\n|[\n\r\x85\u2028\u2029]")

@@ -27,6 +27,7 @@ KEYWORDS: tuple[bytes, ...] = (
     b"NVRM: loading NVIDIA",   # driver load: per-GPU rate limits start afresh
     b"NVRM: Rate limiting",    # sampled GSP RPC Xids
     b"Assertion failed",       # NVRM assertions: reset-required (NV_ERR_RESET_REQUIRED) and driver_assertion
+    b"Check failed",           # NVRM checks (nvassert.c nvCheckOkFailed[NoLog]): the same two kinds
     b"EDAC",                   # EDAC error lines and their machine-check decode
     b"mce: [Hardware Error]",  # machine-check records
     b"Hardware Error",         # GHES/CPER records "{N}[Hardware Error]: ...", the AMD MCA decoder

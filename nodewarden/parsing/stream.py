@@ -8,8 +8,9 @@ need across lines of one stream (one file, one /dev/kmsg, one host):
 * the text-only "fallen off the bus" Xid 79 may come split over separate syslog lines, and may
   be printed together with an ``Xid ...: 79`` line for the same GPU: counted once;
 * ``NVRM: GPU at PCI:... GPU-<uuid>`` lines map PCI bus ids to GPU UUIDs;
-* an NVSwitch SXid error is up to four lines (description, ``Severity N ...``, ``Data {...}``):
-  one ``sxid`` event per error (:mod:`nodewarden.parsing.sxid`), held until its lines are in;
+* an NVSwitch SXid error is several lines (description, ``Severity N ...``, ``Data {...}``, a
+  second Severity/Data pair): one ``sxid`` event per error (:func:`nodewarden.parsing.sxid.joins_error`
+  says which lines are one error), held until its lines are in;
 * a kernel record printed twice through two envelopes (a scanner's plain line and its JSON
   log of the same line: same host, message and stamp, another ``fmt``) counts once.
 
@@ -19,7 +20,8 @@ and :meth:`~KernelLogParser.pending_seqs` include them):
 * a PCIe AER error record (:mod:`nodewarden.parsing.aer`: ``received`` line, ``PCIe Bus Error``
   block, bits, TLP header) is one ``pcie_aer`` event per block; an uncorrected one is held for its
   recovery lines (``pcie_aer_recovery`` events, released with it; the functions that could not
-  recover become its ``affected_devices``) up to ``device recovery failed/successful``;
+  recover become its ``affected_devices``) up to ``device recovery failed/successful``; records
+  are kept by (host, device), as two root ports' records interleave (:meth:`KernelLogParser._aer_line`);
 * a GHES record (:mod:`nodewarden.parsing.ghes`) is grouped by its ``{N}`` (other lines come
   between); its memory and PCIe sections become ``cpu_ecc``/``pcie_aer`` events (``via="ghes"``);
 * an AMD MCA decode (:func:`nodewarden.parsing.mce.parse_amd_line`) ends at its ``cache level:``
@@ -44,6 +46,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as dt
+import math
 import re
 from typing import Any, Iterable, Iterator
 
@@ -53,14 +56,10 @@ from nodewarden.parsing import edac, ib, mce, xid
 from nodewarden.parsing import aer, ghes
 from nodewarden.parsing import sxid
 from nodewarden.parsing.envelope import Record, TimeContext, parse_line
-from nodewarden.parsing.lines import LINE_END_RE, driver_message, split_lines
+from nodewarden.parsing.lines import LINE_END_RE, TRIGGERS, driver_message, split_lines
 
-# Cheap substring tests before any regex: a record that has none of these is not a fault line.
-TRIGGERS = ("NVRM", "Xid", "EDAC", "mce: ", "Port: ", "mlx", "fallen off the bus")
-# PCIe AER lines (the bit lines carry no word: the device prefix's ": " and their indent), GHES
-# records and the AMD MCA decoder ("[Hardware Error]: ...").
-TRIGGERS += ("AER", "Bus Error", "status/mask", ":    [", ":  [", "TLP Header", "Error of this Agent",
-             "link has been reset", "aer_", "Hardware Error")
+# Cheap substring tests before any regex: a record that has none of TRIGGERS is not a fault line.
+# The list is lines.TRIGGERS, which envelope's JSON unwrapping uses too: add new words THERE.
 # An AER record's recovery lines, a GHES record's lines and the EDAC line after it, an AMD MCA
 # decode's lines and the EDAC line it causes come within this of each other (or these many
 # records, for lines without a time stamp: dmesg -H deltas).
@@ -89,17 +88,20 @@ def _category(code: int) -> str | None:
     return catalog.group_of(code)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)  # held by identity: one record may be filed under several devices
 class _AerGroup:
-    """One PCIe AER error record being assembled on one host (:meth:`KernelLogParser._aer_line`):
-    its ``received`` line, one ``pcie_aer`` event per ``PCIe Bus Error`` block, the block detail
-    lines fold into (``current``) and, for an uncorrected error, the recovery events after it."""
+    """One PCIe AER error record being assembled (:meth:`KernelLogParser._aer_line`): its
+    ``received`` line, one ``pcie_aer`` event per ``PCIe Bus Error`` block, the block of each
+    device its detail lines fold into (``blocks``) and, for an uncorrected error, the recovery
+    events after it. ``keys``: the (host, BDF) it is filed under (the ``received`` source, each
+    device that printed a block)."""
 
     events: list[FaultEvent] = dataclasses.field(default_factory=list)
     received: dict[str, Any] | None = None
     rx_rec: Record | None = None
     rx_used: bool = False
-    current: FaultEvent | None = None
+    blocks: dict[str, FaultEvent] = dataclasses.field(default_factory=dict)
+    keys: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
     uncorrected: bool = False
     affected: list[str] = dataclasses.field(default_factory=list)  # functions that could not recover
     nvidia: bool = False  # one of them is the NVIDIA driver's
@@ -161,14 +163,17 @@ class KernelLogParser:
         # EDAC drivers print their decode of the machine check before the "N CE/UE ... on <label>"
         # line it causes: (host, mc) -> (fields, seconds, record index).
         self._edac_mce: dict[tuple[str | None, int], tuple[dict[str, Any], float | None, int]] = {}
-        # Multi-line records still open: a PCIe AER error record and its recovery (by host), a GHES
+        # Multi-line records still open: a PCIe AER error record and its recovery (by host and
+        # device: the AER handler runs per root port, so two ports' records interleave), a GHES
         # record (by host and {seq}), an AMD MCA decode (by host). Released in order, together.
-        self._aer: dict[str | None, _AerGroup] = {}
+        self._aer: dict[tuple[str | None, str], _AerGroup] = {}
         self._ghes: dict[tuple[str | None, int], _Held] = {}
         self._mca: dict[str | None, _Held] = {}
         # ghes_edac lines printed before their GHES record (ghes_proc_in_irq prints in that order):
         # (host, held EDAC event), oldest first; a GHES record released within the window takes one.
         self._edac_wait: list[tuple[str | None, _Held]] = []
+        # Times (seconds) no held record's window has passed at (see _expire_held): (lo, hi).
+        self._calm: tuple[float, float] = (-math.inf, math.inf)
         # NVSwitch SXid errors whose lines are still coming (sxid.SxidGroups), and the kernel records
         # read so far by (host, message, stamp) -> envelopes seen (a record re-printed through another).
         self._sxid = sxid.SxidGroups()
@@ -182,16 +187,23 @@ class KernelLogParser:
         text elsewhere is counted as ``unparsed``, never as a fault: inside another message
         (``segfault ... in NVRM: Xid ...``, a second record glued on the line) or on a later line
         of the same record (a kmsg record holding two Xid lines, a dmesg continuation line).
+
+        A record without any of :data:`TRIGGERS` (which the file readers' byte scan never hands
+        over, :mod:`nodewarden.parsing.scan`) changes nothing: it neither ends nor joins a held
+        record, nor counts in a window of records; only its time stamp may show that a held
+        record's time window has passed (the events the file path gives at its next line or
+        :meth:`flush`, sooner). Fed every record (the agent) or the candidates only (a file), a
+        stream gives the same events.
         """
-        self._index += 1
         self.stats.records += 1
         msg = rec.message
         out: list[FaultEvent] = []
         if not any(t in msg for t in TRIGGERS):
             if self._aer or self._ghes or self._mca or self._edac_wait:  # a held record ends past its window
-                out = self._expire_held(rec)
+                out = self._expire_held(rec, by_time_only=True)
                 self.stats.events += len(out)
             return out
+        self._index += 1
         if rec.ident not in (None, "kernel") or (rec.fmt in ("journal_json", "golog") and not rec.kernel):
             # A daemon quoting a kernel line (mcelog, NPD, a device plugin) is not the kernel.
             dp = xid.parse_device_plugin(msg) if rec.fmt == "golog" else None
@@ -336,6 +348,9 @@ class KernelLogParser:
             if amd is not None:
                 self._mca_line(rec, host, *amd, out)
                 return True
+            if mce.AMD_HINT_RE.match(msg):  # a status line, mangled: it starts a decode all the same
+                self._mca_line(rec, host, "malformed_status", {}, out)
+                return True
             return False
         if "AER" in msg or ":  " in msg or "Bus Error" in msg or "aer_" in msg or "link has been reset" in msg:
             line_aer = aer.parse_line(msg)
@@ -386,7 +401,7 @@ class KernelLogParser:
                 self._contained[(host, pci, code)] = (e, _seconds(rec), self._index)
             out.append(e)
             return True
-        if "Assertion failed" in msg and self._nvrm_assertion(rec, msg, out):
+        if ("Assertion failed" in msg or "Check failed" in msg) and self._nvrm_assertion(rec, msg, out):
             return True
         limited = xid.parse_rate_limit(msg) if "Rate limiting" in msg else None
         if limited is not None:
@@ -432,6 +447,8 @@ class KernelLogParser:
             return False
         key = (host, line["switch"], line["pci_bus_id"], line["sxid"])
         out.extend(self._sxid_event(g) for g in self._sxid.add(key, line, rec, rec.raw, _seconds(rec)))
+        if line.get("malformed"):  # a Data line with a bad word: unparsed, the error's other lines still fold
+            out.append(self._unparsed(rec, "sxid", line["malformed"]))
         return True
 
     def _sxid_event(self, group: sxid.SxidGroup) -> FaultEvent:
@@ -467,7 +484,8 @@ class KernelLogParser:
         return any(n > mine for fmt, n in seen.items() if fmt != rec.fmt)
 
     def _nvrm_assertion(self, rec: Record, msg: str, out: list[FaultEvent]) -> bool:
-        """``NVRM: nvAssert...Failed...: Assertion failed: ...``: a ``gpu_reset_required`` event when
+        """``NVRM: nvAssert...Failed...: Assertion failed: ...`` (or ``nvCheck...Failed...: Check
+        failed: ...``): a ``gpu_reset_required`` event when
         it carries ``NV_ERR_RESET_REQUIRED``, else a ``driver_assertion`` event."""
         fields = xid.parse_assertion(msg)
         if fields is None:
@@ -494,26 +512,54 @@ class KernelLogParser:
         held.index = self._index
         if rec.seq is not None:
             held.seqs.add(rec.seq)
+        if held.t is None:  # a record without time: its window is one of records, checked line by line
+            self._calm = (math.inf, -math.inf)
+        else:
+            lo, hi = self._calm
+            self._calm = (max(lo, held.t - FIRMWARE_WINDOW_S), min(hi, held.t + FIRMWARE_WINDOW_S))
 
-    def _expire_held(self, rec: Record) -> list[FaultEvent]:
-        """Release the held records ``rec`` cannot belong to: past their window, or (a corrected
-        AER record, which no recovery follows) ``rec`` is no AER line."""
+    def _expire_held(self, rec: Record, by_time_only: bool = False) -> list[FaultEvent]:
+        """Release the held records ``rec`` cannot belong to: past their window (``by_time_only``:
+        only when both have a time, for a record that is no candidate line: see :meth:`feed`).
+        Nothing else ends a held record here: another kernel line printed between a record's
+        lines (another CPU's printk) does not.
+
+        ``_calm`` bounds the times within every held record's window (each held line's time
+        +- the window, narrowed on every line held, recomputed after a pass): a record stamped
+        inside it releases nothing, and the held records are not visited (an AER storm holds
+        one record per device)."""
+        t = _seconds(rec)
+        if t is not None and self._calm[0] <= t <= self._calm[1]:
+            return []
+        if by_time_only:
+            if t is None:
+                return []
+            past = lambda held, _n: held.t is not None and abs(t - held.t) > FIRMWARE_WINDOW_S  # noqa: E731
+        else:
+            past = lambda held, n: not self._near(held, rec, n)  # noqa: E731
         out: list[FaultEvent] = []
-        for host, g in list(self._aer.items()):
-            if not self._near(g, rec, AER_WINDOW_RECORDS) or (
-                    not g.uncorrected and aer.parse_line(driver_message(rec.message)) is None):
-                out.extend(self._release_aer(host))
+        for g in self._aer_groups():
+            if past(g, AER_WINDOW_RECORDS):
+                out.extend(self._release_aer(g))
         for key, h in list(self._ghes.items()):
-            if not self._near(h, rec, GHES_WINDOW_RECORDS):
+            if past(h, GHES_WINDOW_RECORDS):
                 out.extend(self._release_ghes(key))
         for host, h in list(self._mca.items()):
-            if not self._near(h, rec, MCA_WINDOW_RECORDS):
+            if past(h, MCA_WINDOW_RECORDS):
                 out.extend(self._release_mca(host))
         for item in list(self._edac_wait):  # after the GHES records: a record released above takes its line
             host, h = item
-            if not self._near(h, rec, GHES_WINDOW_RECORDS) and not self._ghes_may_follow(host, h):
+            if past(h, GHES_WINDOW_RECORDS) and not self._ghes_may_follow(host, h):
                 self._edac_wait.remove(item)
                 out.append(h.data)
+        lo, hi = -math.inf, math.inf
+        for held in (*self._aer.values(), *self._ghes.values(), *self._mca.values(),
+                     *(h for _host, h in self._edac_wait)):
+            if held.t is None:
+                lo, hi = math.inf, -math.inf
+                break
+            lo, hi = max(lo, held.t - FIRMWARE_WINDOW_S), min(hi, held.t + FIRMWARE_WINDOW_S)
+        self._calm = (lo, hi)
         return out
 
     def _held_seqs(self) -> set[int]:
@@ -523,10 +569,15 @@ class KernelLogParser:
             seqs |= held.seqs
         return seqs
 
+    def _aer_groups(self, host: Any = ...) -> list[_AerGroup]:
+        """The open AER records (of ``host``, when given), oldest first, each once."""
+        groups = dict.fromkeys(self._aer.values())
+        return list(groups) if host is ... else [g for g in groups if g.keys[0][0] == host]
+
     def _release_all(self) -> list[FaultEvent]:
         out: list[FaultEvent] = []
-        for host in list(self._aer):
-            out.extend(self._release_aer(host))
+        for g in self._aer_groups():
+            out.extend(self._release_aer(g))
         for key in list(self._ghes):
             out.extend(self._release_ghes(key))
         for host in list(self._mca):
@@ -536,71 +587,94 @@ class KernelLogParser:
         return out
 
     def _aer_line(self, rec: Record, host: str | None, kind: str, f: dict[str, Any], out: list[FaultEvent]) -> None:
-        """Fold one AER line (:func:`aer.parse_line`) into the host's open record, or start one.
+        """Fold one AER line (:func:`aer.parse_line`) into its open record, or start one.
 
         A record is the ``received`` line, one ``pcie_aer`` event per ``PCIe Bus Error`` block
         (several when ``Multiple`` errors were collected), their detail lines, and, for an
-        uncorrected error, the recovery lines up to ``device recovery failed/successful``."""
-        g = self._aer.get(host)
-        if g is not None and not self._near(g, rec, AER_WINDOW_RECORDS):
-            out.extend(self._release_aer(host))
-            g = None
+        uncorrected error, the recovery lines up to ``device recovery failed/successful``.
+
+        The AER handler runs per root port (drivers/pci/pcie/aer.c ``aer_isr`` /
+        ``aer_isr_one_error``), so two ports' records may interleave line by line. The
+        ``received`` line (``aer_print_port_info``, the root port's prefix) names the error source:
+        it opens a record filed under (host, source). The block and detail lines
+        (``aer_print_error``: ``pci_err(dev, ...)``) carry the affected device's prefix: they join
+        the record filed under it; a block of a device no record is filed under joins the latest
+        ``received`` line still waiting for its first block (or a ``Multiple`` one), else starts a
+        record. A record ends when the next record of its device starts, when its time window
+        passes, at its recovery's last line, or at :meth:`flush`. Recovery lines (err.c
+        ``pcie_do_recovery``: the port, the bridge, each function below it) join the latest open
+        uncorrected record of the host: the one filed under the line's device or printed by that
+        port when there is one."""
+        pci = f["pci"]
         if kind == "recovery":
             attrs = {k: f[k] for k in ("outcome", "driver", "port", "reset_status") if k in f}
-            attrs["pci_bus_id"] = f["pci"]
-            e = self._event(rec, ev.PCIE_AER_RECOVERY, device=f["pci"], attrs=attrs, category=aer.recovery_category(f))
-            if g is None or not g.uncorrected:
+            attrs["pci_bus_id"] = pci
+            e = self._event(rec, ev.PCIE_AER_RECOVERY, device=pci, attrs=attrs, category=aer.recovery_category(f))
+            g = self._aer_recovering(host, pci, rec, out)
+            if g is None:
                 out.append(e)
                 return
             g.events.append(e)
-            g.current = None
+            g.blocks.clear()  # detail lines after the recovery began are no block's
             if f["outcome"] == "no_error_detected_callback":
-                g.affected.append(f["pci"])
+                g.affected.append(pci)
                 g.nvidia = g.nvidia or f["driver"] == "nvidia"
             self._touch(g, rec)
             if f["outcome"] in ("recovered", "recovery_failed"):  # pcie_do_recovery's last line
-                out.extend(self._release_aer(host))
+                out.extend(self._release_aer(g))
             return
         if kind == "received":
-            if g is not None:
-                out.extend(self._release_aer(host))
-            g = self._aer[host] = _AerGroup(received=f, rx_rec=rec, uncorrected=f["severity"] != "corrected")
+            key = (host, f["source_device"] or pci)
+            if self._aer_open(key, rec, out) is not None:  # the source's previous record ends
+                out.extend(self._release_aer(self._aer[key]))
+            g = _AerGroup(received=f, rx_rec=rec, uncorrected=f["severity"] != "corrected")
+            self._aer_file(g, key)
         elif kind == "bus_error":
-            if g is not None and (g.received is None or (g.current is None and g.events)):  # another record
-                out.extend(self._release_aer(host))
+            key = (host, pci)
+            g = self._aer_open(key, rec, out)
+            if g is not None and not (g.received is not None and not g.rx_used and pci not in g.blocks):
+                out.extend(self._release_aer(g))  # the device has its block: this is its next record
                 g = None
             if g is None:
-                g = self._aer[host] = _AerGroup()
+                g = next((o for o in reversed(self._aer_groups(host))
+                          if o.received is not None and (not o.rx_used or o.received.get("multiple"))
+                          and pci not in o.blocks and self._near(o, rec, AER_WINDOW_RECORDS)), None)
+                if g is None:
+                    g = _AerGroup()
+                self._aer_file(g, key)
             start = g.rx_rec if g.rx_rec is not None and not g.rx_used else rec
-            e = self._event(start, ev.PCIE_AER, device=f["pci"], attrs=aer.new_record(f, g.received))
+            e = self._event(start, ev.PCIE_AER, device=pci, attrs=aer.new_record(f, g.received))
             if start is not rec:
                 e.raw += "\n" + rec.raw
             g.rx_used = g.received is not None
             g.events.append(e)
-            g.current = e
+            g.blocks[pci] = e
             g.uncorrected = g.uncorrected or f["severity"] != "corrected"
         elif kind == "aer_status":  # pci_print_aer: a firmware-first error, after its GHES record
-            if g is not None:
-                out.extend(self._release_aer(host))
-            e = self._take_ghes_pcie(host, f["pci"], rec)
+            key = (host, pci)
+            if self._aer_open(key, rec, out) is not None:
+                out.extend(self._release_aer(self._aer[key]))
+            e = self._take_ghes_pcie(host, pci, rec)
             if e is None:
                 attrs = aer.new_record(None, None, via="ghes")
-                attrs.update(pci_bus_id=f["pci"], driver=f["driver"])
-                e = self._event(rec, ev.PCIE_AER, device=f["pci"], attrs=attrs)
+                attrs.update(pci_bus_id=pci, driver=f["driver"])
+                e = self._event(rec, ev.PCIE_AER, device=pci, attrs=attrs)
             else:
                 e.raw += "\n" + rec.raw
                 e.attrs["driver"] = f["driver"]
             aer.fold(e.attrs, kind, f)
-            g = self._aer[host] = _AerGroup(events=[e], current=e,
-                                            uncorrected=e.attrs.get("severity") not in (None, "corrected"))
-        elif kind == "no_details":
+            g = _AerGroup(events=[e], blocks={pci: e}, uncorrected=e.attrs.get("severity") not in (None, "corrected"))
+            self._aer_file(g, key)
+        elif kind == "no_details":  # the root port's note on the source a received line named
+            g = self._aer_open((host, f["source_device"] or pci), rec, out)
             if g is None or g.rx_rec is None or g.rx_used:
-                return  # the port's note, nothing to fold it into
+                return  # nothing to fold it into
             g.received = dict(g.received or {}, details_found=False)
             g.rx_rec = dataclasses.replace(g.rx_rec, raw=g.rx_rec.raw + "\n" + rec.raw)
-        else:  # device, bit, tlp, reported_first, aer_layer, aer_uncor_severity: the last block's detail
-            cur = g.current if g is not None else None
-            if g is None or cur is None or cur.attrs.get("pci_bus_id") != f["pci"]:
+        else:  # device, bit, tlp, reported_first, aer_layer, aer_uncor_severity: the device's block
+            g = self._aer_open((host, pci), rec, out)
+            cur = g.blocks.get(pci) if g is not None else None
+            if g is None or cur is None:
                 out.append(self._unparsed(rec, "aer", f"AER {kind} line without its PCIe Bus Error line"))
                 return
             aer.fold(cur.attrs, kind, f)
@@ -609,10 +683,42 @@ class KernelLogParser:
                 g.uncorrected = True
         self._touch(g, rec)
 
-    def _release_aer(self, host: str | None) -> list[FaultEvent]:
-        """The events of the host's open AER record, completed (:func:`aer.finish`): a received
-        line no block followed is an event of its own (``found no error details``)."""
-        g = self._aer.pop(host)
+    def _aer_open(self, key: tuple[str | None, str], rec: Record, out: list[FaultEvent]) -> _AerGroup | None:
+        """The open AER record filed under ``key`` (host, BDF) that ``rec`` may still belong to;
+        one whose window has passed is released into ``out`` (None then)."""
+        g = self._aer.get(key)
+        if g is not None and not self._near(g, rec, AER_WINDOW_RECORDS):
+            out.extend(self._release_aer(g))
+            return None
+        return g
+
+    def _aer_file(self, g: _AerGroup, key: tuple[str | None, str]) -> None:
+        self._aer[key] = g
+        g.keys.append(key)
+
+    def _aer_recovering(self, host: str | None, pci: str, rec: Record, out: list[FaultEvent]) -> _AerGroup | None:
+        """The open uncorrected AER record of ``host`` a recovery line of ``pci`` belongs to:
+        the latest one filed under ``pci`` or whose ``received`` line that port printed, else the
+        latest (a function below the port: err.c reports each device of the bridge's bus). Records
+        whose window has passed are released into ``out``."""
+        found: _AerGroup | None = None
+        for g in reversed(self._aer_groups(host)):
+            if not self._near(g, rec, AER_WINDOW_RECORDS):
+                out.extend(self._release_aer(g))
+                continue
+            if not g.uncorrected:
+                continue
+            if (host, pci) in g.keys or (g.received is not None and g.received.get("pci") == pci):
+                return g
+            found = found or g
+        return found
+
+    def _release_aer(self, g: _AerGroup) -> list[FaultEvent]:
+        """The events of an open AER record, completed (:func:`aer.finish`): a received line no
+        block followed is an event of its own (``found no error details``)."""
+        for key in g.keys:
+            if self._aer.get(key) is g:
+                del self._aer[key]
         events = g.events
         if g.received is not None and g.rx_rec is not None and not g.rx_used:
             attrs = aer.new_record(None, g.received)
@@ -710,14 +816,17 @@ class KernelLogParser:
         return None
 
     def _mca_line(self, rec: Record, host: str | None, kind: str, f: dict[str, Any], out: list[FaultEvent]) -> None:
-        """Fold one AMD MCA decoder line into the host's decode. The decode starts with the
-        severity words (or, older decoders, the ``MCn_STATUS`` line) and ends with its
-        ``cache level:``/``internal:`` line."""
+        """Fold one AMD MCA decoder line into the host's decode. A decode starts with the
+        severity words (decode_error_status, v4.20+) or its ``MCn_STATUS`` line (which joins the
+        decode only the severity words opened), well-formed or not (``malformed_status``: no
+        fields); it ends with its ``cache level:``/``internal:`` line. The lines after a malformed
+        status line are that decode's: its fields never reach another decode or an EDAC line."""
         h = self._mca.get(host)
         if h is not None and not self._near(h, rec, MCA_WINDOW_RECORDS):
             out.extend(self._release_mca(host))
             h = None
-        if kind == "status_text" or (kind == "status" and (h is None or "status" in h.data)):
+        opens = kind in ("status_text", "status", "malformed_status")
+        if opens and not (kind != "status_text" and h is not None and set(h.data) == {"status_text"}):
             if h is not None:
                 out.extend(self._release_mca(host))
             h = self._mca[host] = _Held(rec=rec, raws=[rec.raw], data=dict(f))
@@ -727,6 +836,8 @@ class KernelLogParser:
         else:
             h.data.update(f)
             h.raws.append(rec.raw)
+        if kind == "malformed_status":
+            h.data["malformed"] = True
         self._touch(h, rec)
         if kind == "err_code":  # amd_decode_err_code: the decode's last line
             out.extend(self._release_mca(host))
@@ -739,6 +850,8 @@ class KernelLogParser:
             return []
         f = h.data
         rec = dataclasses.replace(h.rec, raw="\n".join(h.raws))
+        if f.get("malformed"):
+            return [self._unparsed(rec, "mca", "AMD MCA decode line not understood (its MCn_STATUS line)")]
         if "status" not in f:
             return [self._unparsed(rec, "mca", "AMD MCA decode without its MCn_STATUS line")]
         st = mce.decode_amd_status(f["status"], f.get("family"), f.get("flags"))

@@ -19,12 +19,14 @@ Formats, from NVIDIA/open-gpu-kernel-modules (595.45.04), ``src/common/nvswitch`
 * other SXid texts (``"SOE HALTED"``, ``"NVSWITCH Temperature %dC | ..."``, ``"Module %d faulty"``):
   a description without a severity word.
 
-The driver prints the description line, then ``nvswitch_record_error`` prints Severity and Data
-(an error that also logs a captured packet, ``NVSWITCH_REPORT_DATA``, prints a second
-Severity/Data pair). :class:`SxidGroups` folds the lines of one error into one group: lines of the
-same host, switch, PCI id and code within :data:`WINDOW_S` seconds (or :data:`WINDOW_LINES` SXid
-lines when a line has no time) belong together, except that a new description line with a
-severity word starts a new error when the group already has one.
+The driver prints the description line, then ``nvswitch_record_error`` prints one Severity/Data
+pair per recorded error entry (an error that also logs a captured packet, ``NVSWITCH_REPORT_DATA``,
+prints a second pair); pastes also show the order Data, description, Severity (S-001), and
+scanners keep only Data and Severity lines (S-101). :class:`SxidGroups` folds the lines of one
+error into one group: lines of the same host, switch, PCI id and code within :data:`WINDOW_S`
+seconds (or :data:`WINDOW_LINES` SXid lines when a line has no time) belong together as long as
+:func:`joins_error` says the line's part fits the lines already folded; else the line starts a
+new error.
 
 Pure functions and a small state machine; no I/O, never raises on line content.
 """
@@ -52,8 +54,9 @@ SXID_ANYWHERE_RE = re.compile(r"nvidia-\S{0,40}:\s*SXid\b|SXid\s*\((?:PCI:)?[0-9
 MAX_DATA_WORDS = 32
 
 _INNER = re.compile(r"(?:PCI:)?\s*(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?", re.A)
-_DATA = re.compile(r"Data\s*\{(?P<words>[^}\n]*)\}?", re.A)
-_WORD = re.compile(r"0x([0-9a-fA-F]{1,8})\b", re.A)
+_DATA = re.compile(r"Data\s*\{(?P<words>[^}\n]*)(?P<end>\})?", re.A)
+# One Data word as _nvswitch_dump_error_entry prints it ("0x%08x" of a 32-bit word).
+_WORD = re.compile(r"0x[0-9a-fA-F]{1,8}", re.A)
 _SEVERITY = re.compile(
     r"Severity\s+(?P<sev>[0-9]{1,3})\s+Engine instance\s+(?P<eng>[0-9]{1,9})\s+Sub-engine instance\s+"
     r"(?P<sub>[0-9]{1,9})", re.A)
@@ -86,6 +89,9 @@ def parse_sxid_line(message: str) -> dict[str, Any] | None:
 
     * ``data``: ``words`` (ints; the first Data record: flags and data[0..7]);
     * ``data2``: ``words`` (the second Data record of 8 words: data[8..15]);
+      a Data line with a word that is not ``0x`` + 1..8 hex digits, or with more than
+      :data:`MAX_DATA_WORDS` words, has ``words`` None and ``malformed`` (the reason, for the
+      ``unparsed`` event): its words are never shortened or shifted;
     * ``severity``: ``severity_level``, ``engine_instance``, ``subengine_instance`` (ints);
     * ``description``: ``severity_text`` (``Fatal`` | ``Non-fatal`` | ``Correctable`` as printed),
       ``description`` (text after ``Link N`` or after the word, `` (First)`` removed),
@@ -103,8 +109,19 @@ def parse_sxid_line(message: str) -> dict[str, Any] | None:
     rest = re.sub(r"\s*\n\s*", " ", m.group("rest")).strip().rstrip('",').rstrip()
     md = _DATA.match(rest)
     if md:
-        words = [int(w, 16) for w in _WORD.findall(md.group("words"))[:MAX_DATA_WORDS]]
-        out.update(part="data2" if len(words) == 8 else "data", words=words)
+        items = [w.strip() for w in md.group("words").split(",")]
+        if items == [""]:
+            items = []  # "Data {}"
+        elif md.group("end") is None and items[-1] == "":
+            items.pop()  # the line was cut after a comma
+        part = "data2" if len(items) == 8 else "data"
+        bad = next((w for w in items if not _WORD.fullmatch(w)), None)
+        if bad is not None or len(items) > MAX_DATA_WORDS:
+            why = (f"Data word {bad[:24]!r} is not 0x and 1..8 hex digits" if bad is not None
+                   else f"Data holds {len(items)} words (at most {MAX_DATA_WORDS})")
+            out.update(part=part, words=None, malformed=f"NVSwitch SXid {why}")
+        else:
+            out.update(part=part, words=[int(w, 16) for w in items])
         return out
     ms = _SEVERITY.match(rest)
     if ms:
@@ -137,11 +154,39 @@ def _spelled(word: str) -> str:
     return {"non-fatal": "Non-fatal", "fatal": "Fatal", "correctable": "Correctable"}[word.lower()]
 
 
+def joins_error(part: str, severities: int, datas: int, described: bool) -> bool:
+    """Does a line of ``part`` (:func:`parse_sxid_line`) belong to the open error of its key
+    (within the window) that holds ``severities`` Severity lines, ``datas`` first-part Data lines
+    and a description line or not (``described``)? False: the line starts a new error.
+
+    * a description joins an error without a description and without a Severity line (S-001:
+      Data, then description, then Severity); else it starts one;
+    * a Severity line joins when every Severity so far has its Data (``datas >= severities``) and
+      it is the first pair, or the second pair of a described error (``NVSWITCH_REPORT_DATA``
+      after the description's own record): at most two;
+    * a Data line joins when a Severity waits for its Data (``severities > datas``), or when the
+      error has neither yet (Data first, S-001); else it starts one;
+    * the 8-word continuation (``data2``, data[8..15] of the record just printed) and other text
+      lines (``SOE HALT data[0] = ...``) always join.
+
+    So description,S,D,S,D is one error; (D,description,S) x2, (D,S) x3 (S-101's scanner) and
+    (S,D) x2 are one error per group of lines.
+    """
+    if part == "description":
+        return not described and severities == 0
+    if part == "severity":
+        return datas >= severities and severities < 2 and (severities == 0 or described)
+    if part == "data":
+        return severities > datas or (datas == 0 and severities == 0)
+    return True
+
+
 @dataclasses.dataclass
 class SxidGroup:
     """The lines of one SXid error, folded. ``first`` is the first line's record (any object: the
     stream keeps its envelope record there), ``raws`` the raw text of every line, ``fields`` what
-    the lines said, ``t0``/``n0`` the first line's seconds (or None) and SXid line number."""
+    the lines said, ``t0``/``n0`` the first line's seconds (or None) and SXid line number,
+    ``severities``/``datas`` how many Severity and first-part Data lines it holds."""
 
     first: Any
     key: tuple[Any, ...]
@@ -150,30 +195,51 @@ class SxidGroup:
     fields: dict[str, Any]
     raws: list[str]
     parts: set[str] = dataclasses.field(default_factory=set)
+    severities: int = 0
+    datas: int = 0
 
     def accepts(self, line: dict[str, Any], t: float | None, n: int) -> bool:
         """Does ``line`` (same key) belong to this error? Near in time (or in SXid lines when
-        either has no time), and not a second description with a severity word."""
+        either has no time), and a part that fits the lines so far (:func:`joins_error`)."""
         if t is not None and self.t0 is not None:
             if abs(t - self.t0) > WINDOW_S:
                 return False
         elif n - self.n0 > WINDOW_LINES:
             return False
-        return not (line["part"] == "description" and "description" in self.parts)
+        return joins_error(line["part"], self.severities, self.datas, "description" in self.parts)
+
+    def hold(self, line: dict[str, Any]) -> None:
+        """A malformed Data line of this error (counted unparsed by the caller): it keeps its
+        place (a later Data line is the error's next record, ``data``/``data_extra`` get an empty
+        list for it) but adds no words and no line."""
+        if line["part"] == "data":
+            self.datas += 1
+            if "data" in self.fields:
+                self.fields.setdefault("data_extra", []).append([])
+            else:
+                self.fields["data"] = []
 
     def fold(self, line: dict[str, Any], raw: str) -> None:
         """Add one parsed line (:func:`parse_sxid_line`) to the error."""
         part, f = line["part"], self.fields
         self.raws.append(raw)
-        if part in ("data", "data2"):
-            if "data" not in self.parts and "data2" not in self.parts:
-                f["data"] = list(line["words"])
-            elif part == "data2" and "data2" not in self.parts and "data_extra" not in f:
-                f["data"].extend(line["words"])  # data[8..15] of the same record
-            else:
+        if part == "data":
+            self.datas += 1
+            if "data" in f:
                 f.setdefault("data_extra", []).append(list(line["words"]))
+            else:
+                f["data"] = list(line["words"])
+        elif part == "data2":
+            last = f["data_extra"][-1] if f.get("data_extra") else f.get("data")
+            if last is not None and len(last) == 9:
+                last.extend(line["words"])  # data[8..15] of the record just printed
+            elif "data" in f:
+                f.setdefault("data_extra", []).append(list(line["words"]))
+            else:
+                f["data"] = list(line["words"])
         elif part == "severity":
-            if "severity" not in self.parts:
+            self.severities += 1
+            if "severity_level" not in f:
                 f.update(severity_level=line["severity_level"], engine_instance=line["engine_instance"],
                          subengine_instance=line["subengine_instance"])
         elif part == "description" or not self.parts & {"description", "text"}:
@@ -216,7 +282,9 @@ class SxidGroup:
 class SxidGroups:
     """The SXid errors of one stream still open. :meth:`add` returns the groups a line closes
     (those past their window, or the same key's group when the line starts a new error);
-    :meth:`flush` returns the rest. Groups come back in the order they were opened."""
+    :meth:`flush` returns the rest. Groups come back in the order they were opened. A malformed
+    Data line (``malformed`` set) never opens an error: it keeps its place in the open one it
+    joins (:meth:`SxidGroup.hold`), or closes the open one it would not join."""
 
     def __init__(self) -> None:
         self._open: dict[tuple[Any, ...], SxidGroup] = {}
@@ -232,6 +300,11 @@ class SxidGroups:
         if group is not None and not group.accepts(line, t, n):
             done.append(self._open.pop(key))
             group = None
+        if line.get("malformed"):
+            if group is not None:
+                group.hold(line)
+            done.sort(key=lambda g: g.n0)
+            return done
         if group is None:
             if len(self._open) >= MAX_PENDING:
                 oldest = next(iter(self._open))

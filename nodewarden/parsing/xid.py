@@ -87,8 +87,11 @@ _GSP_TIMEOUT = re.compile(r"Timeout after (?P<s>[0-9]{1,9})s of waiting for RPC 
 _GSP_TASK = re.compile(
     r"GSP task [^@]*?(?:\(cause:(?P<cause>0x[0-9a-fA-F]+)\)\s*)?@ pc:(?P<pc>0x[0-9a-fA-F]+), "
     r"partition:(?P<part>[^,\s]+), task:(?P<task>[0-9]{1,9})")
+# The numbers are "0x%x" of the 32-bit NV2080_CTRL_GPU_RECOVERY_ACTION (1..8 hex digits); a longer
+# run is no such line: the recovery fields stay absent (the Xid event stays).
 _RECOVERY = re.compile(
-    r"recovery action changed from (?P<f>0x[0-9a-fA-F]+) \((?P<fn>[^)]*)\) to (?P<t>0x[0-9a-fA-F]+) \((?P<tn>[^)]*)\)")
+    r"recovery action changed from (?P<f>0x[0-9a-fA-F]{1,8}) \((?P<fn>[^)]*)\) "
+    r"to (?P<t>0x[0-9a-fA-F]{1,8}) \((?P<tn>[^)]*)\)", re.A)
 _HEXWORD = re.compile(r"0x[0-9a-fA-F]+")
 # Xid 13: "Graphics SM Warp Exception on (GPC 1, TPC 1, SM 1): MMU Fault", "Graphics SM Global
 # Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors", "Graphics Exception: ESR 0x5167b0=0x80f0017 ...".
@@ -119,15 +122,25 @@ _RECOVERY_NAMES: dict[str, str] = {
 #   return address, builds without strings), and for a failed status
 #   "Assertion failed: %s (0x%08X) returned from %s @ %s:%d" where the first %s is
 #   nvstatusToString(status): "<description> [NV_ERR_NAME]" (src/common/sdk/nvidia/inc/nvstatuscodes.h).
+# The same file's checks (NV_CHECK / NV_CHECK_OK: nvCheckFailed[NoLog], nvCheckOkFailed[NoLog]) print
+# the same bodies after "Check failed: " (real_log_cases W-003).
 ASSERT_RE = re.compile(
-    r"NVRM:\s*(?:GPU(?P<gpu>[0-9]{1,4})\s+)?(?P<func>nvAssert[A-Za-z]{0,16}Failed[A-Za-z]{0,16}):\s*"
-    r"Assertion failed:\s*(?P<body>.*)", re.S | re.A)
-ASSERT_HINT_RE = re.compile(r"NVRM:?\s*(?:GPU[0-9]{1,4}\s+)?nvAssert\w{0,32}:\s*Assertion failed\b", re.A)
+    r"NVRM:\s*(?:GPU(?P<gpu>[0-9]{1,4})\s+)?(?P<func>nv(?:Assert|Check)[A-Za-z]{0,16}Failed[A-Za-z]{0,16}):\s*"
+    r"(?:Assertion|Check) failed:\s*(?P<body>.*)", re.S | re.A)
+ASSERT_HINT_RE = re.compile(
+    r"NVRM:?\s*(?:GPU[0-9]{1,4}\s+)?nv(?:Assert|Check)\w{0,32}:\s*(?:Assertion|Check) failed\b", re.A)
 _ASSERT_STATUS = re.compile(
     r"(?P<text>.*?)\s*\((?P<status>0x[0-9a-fA-F]{1,8})\)\s+returned from\s+(?P<expr>.*?)"
     r"(?:\s+@\s+(?P<loc>[^\s@]{1,200}:[0-9]{1,9}))?\s*$", re.S | re.A)
 _ASSERT_PLAIN = re.compile(r"(?P<expr>.*?)(?:\s+@\s+(?P<loc>[^\s@]{1,200}:[0-9]{1,9}))?\s*$", re.S | re.A)
 _STATUS_NAME = re.compile(r"\[(?P<name>NV_[A-Z0-9_]{1,64})\]", re.A)
+# A failed status whose line is cut or mangled after its "[NV_ERR_NAME]" token ("... [NV_ERR_RESET_REQUIRED]
+# (0x0000", a 9-digit status; the token ends the line or "(" follows it): the token decides; the
+# status, "returned from" and location are read when printed whole, else absent.
+_ASSERT_TOKEN = re.compile(
+    r"(?P<text>[^\[\]]{0,200}?)\s*\[(?P<name>NV_[A-Z0-9_]{1,64})\](?=\s*(?:\(|$))"
+    r"(?:\s*\((?:(?P<status>0x[0-9a-fA-F]{1,8})\)|[^)]{0,32}\)?))?"
+    r"(?:\s+returned from\s+(?P<expr>.*?)(?:\s+@\s+(?P<loc>[^\s@]{1,200}:[0-9]{1,9}))?\s*$)?", re.S | re.A)
 # nvstatuscodes.h: NV_STATUS_CODE(NV_ERR_RESET_REQUIRED, 0x00000062, "Reset required").
 NV_ERR_RESET_REQUIRED = 0x62
 
@@ -333,13 +346,16 @@ def recovery_action(number: int | None, name: str | None = None) -> str:
 
 
 def parse_assertion(message: str) -> dict[str, Any] | None:
-    """Fields of an ``NVRM: [GPUn ]nvAssert...Failed...: Assertion failed: ...`` line, or None.
+    """Fields of an ``NVRM: [GPUn ]nvAssert...Failed...: Assertion failed: ...`` line (or of an
+    ``nvCheck...Failed...: Check failed: ...`` line, the same bodies), or None.
 
     Returns ``function`` (``nvAssertOkFailedNoLog``), ``gpu`` (the ``GPUn`` prefix number or None),
     ``expression`` (the asserted expression, ``status`` for a failed status check, or the return
     address of a build without strings), ``location`` (``kernel_channel.c:2827`` or None), and for
     a failed status ``status`` (int, ``0x62``), ``status_name`` (``NV_ERR_RESET_REQUIRED`` or None)
-    and ``status_text`` (``Reset required``). Formats: see :data:`ASSERT_RE`.
+    and ``status_text`` (``Reset required``). A line cut (or mangled) after the ``[NV_ERR_...]``
+    token keeps ``status_name`` and ``status_text``; ``status``, ``expression`` and ``location``
+    are None unless printed whole. Formats: see :data:`ASSERT_RE`.
     """
     m = ASSERT_RE.match(message)
     if not m:
@@ -352,6 +368,12 @@ def parse_assertion(message: str) -> dict[str, Any] | None:
         out.update(status=int(ms.group("status"), 16), status_name=name.group("name") if name else None,
                    status_text=_STATUS_NAME.sub("", ms.group("text")).strip() or None,
                    expression=ms.group("expr") or None, location=ms.group("loc"))
+        return out
+    mt = _ASSERT_TOKEN.match(body)
+    if mt:
+        out.update(status=int(mt.group("status"), 16) if mt.group("status") else None, status_name=mt.group("name"),
+                   status_text=mt.group("text").strip() or None, expression=mt.group("expr") or None,
+                   location=mt.group("loc"))
         return out
     mp = _ASSERT_PLAIN.match(body)
     out.update(expression=(mp.group("expr") if mp else body) or None, location=mp.group("loc") if mp else None)

@@ -99,7 +99,9 @@ class AlertWatcher:
             return [dict(r) for r in self.seen.values() if name is None or r["labels"].get("alertname") == name]
 
     def matching(self, name: str, labels: dict[str, str]) -> list[dict[str, Any]]:
-        return [r for r in self.alerts(name) if all(r["labels"].get(k) == v for k, v in labels.items())]
+        """The alerts of ``name`` with ``labels`` (a value ``""``: the label absent, as Prometheus
+        drops an empty label)."""
+        return [r for r in self.alerts(name) if all(r["labels"].get(k, "") == v for k, v in labels.items())]
 
 
 def prom_post(base: str, path: str, params: dict[str, str], timeout: float = 10.0) -> dict[str, Any]:

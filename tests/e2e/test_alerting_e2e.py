@@ -4,12 +4,17 @@ every second) scraped every second by Debian's ``prometheus`` with the rule file
 ``dashboards/`` loaded (built with short windows and no ``for``), sending to Debian's
 ``prometheus-alertmanager``. One fault of each kind is injected at the lowest boundary (a line
 into the real ``/dev/kmsg``, the simulator's state file, sysfs attribute files, the validator's
-report in the state directory); then:
+report in the state directory), the kinds of issue 11 too (a fatal and a non-fatal NVSwitch
+SXid and a non-fatal SXid storm, an uncorrected AER record on a NIC function and a fatal one on a
+GPU with its recovery lines, corrected AER errors past the storm limit, an
+``NV_ERR_RESET_REQUIRED`` assertion, an Xid 154 asking for a reboot, NVML recovery actions); then:
 
 * every alert that should fire is listed by Alertmanager's ``/api/v2/alerts`` with its labels
   (alertname, severity, cluster, node, the device) and its annotations (summary, description,
   runbook_url), and no alert fires that should not (an application Xid, a healthy GPU, port or
-  DIMM; the agent down while it is up);
+  DIMM; the agent down while it is up; an SXid storm for one non-fatal SXid, a corrected AER
+  count below the limit; an uncorrected AER alert for the GPU whose error pages as a GPU-lost
+  precursor; a hardware-Xid alert for the informational Xid 154);
 * every query of every dashboard panel (Grafana variables expanded) and every recording rule
   runs through Prometheus's HTTP API without error, and every one returns data;
 * the agent stopped: NodewardenAgentDown; started again with its kmsg cursor before the ring
@@ -21,8 +26,10 @@ exports: each breaks this test.
 Runs only with ``NODEWARDEN_WRITE_KMSG=1`` (it writes into this machine's ``/dev/kmsg``; skipped
 without, also in CI). Then needs root, ``prometheus``, ``prometheus-alertmanager`` and a C
 compiler (the simulator): skipped without one, except under ``CI=true``, where a missing one
-fails the test. The ring buffer keeps the lines of earlier runs: this run's Xids name a PCI
-domain no earlier run used. About 30 s.
+fails the test. The ring buffer keeps the lines of earlier runs: this run's Xids and SXids name
+a PCI domain no earlier run used (the AER records name the fixture's functions, whose sysfs
+counters rise with them; an earlier run's record is in the first scrape, and a rise after it
+counts exactly). About 35 s.
 """
 
 from __future__ import annotations
@@ -56,15 +63,27 @@ FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 NODE, CLUSTER = "e2e-node", "e2e"
 FLAP = {"device": "mlx5_0", "port": "1"}  # the IB port of the flash-cut storm
 RUNBOOK = "https://github.com/nodewarden/nodewarden/blob/main/dashboards/runbooks.md#"
+# PCIe AER faults on functions of the HGX tree (h100-hgx-ndr-aer), each with its upstream ports:
+GPU_AER_FUNCTION = "0000:ab:00.0"  # GPU 5 (NVML's 00000000:AB:00.0), below 0000:a9:00.0 and 0000:a7:01.0
+NIC_AER_FUNCTION = "0000:3c:00.0"  # mlx5_2 (ConnectX-7 15b3:1021), below 0000:39:02.0 and 0000:37:01.0
+CORRECTED_AER_FUNCTION = "0000:ad:00.0"  # mlx5_5, below 0000:a9:02.0 and 0000:a7:01.0
 
 # The rules as the test loads them: every window a few seconds, no `for`, evaluated every second.
 FAULT_WINDOW_S = 15
 CFG = dataclasses.replace(
     config.DEFAULT, fault_window=f"{FAULT_WINDOW_S}s", for_short="0s", for_long="0s",
-    flash_cut_storm_window="1m", edac_ce_window="1m", validator_stale_seconds=3600, interval="1s")
+    flash_cut_storm_window="1m", edac_ce_window="1m", validator_stale_seconds=3600, interval="1s",
+    # the storms over the fault window, at counts a few lines reach: 2 non-fatal SXids on one
+    # switch, 10 corrected AER errors on one function
+    sxid_storm_window=f"{FAULT_WINDOW_S}s", sxid_storm_count=2,
+    aer_corrected_storm_window=f"{FAULT_WINDOW_S}s", aer_corrected_storm_count=10)
 VALIDATOR_AGE_S = 2 * 3600  # the validator report's age: past CFG.validator_stale_seconds
 STEP_S = 15  # the panels' $__interval
 SCRAPE_S = 1  # scrape and evaluation interval; the range queries' step
+# Grafana's $__rate_interval, max($__interval + scrape interval, 4 x scrape interval), with the
+# data source's scrape interval set to this Prometheus's (1 s), not Grafana's default (15 s: 60 s,
+# longer than this Prometheus has run, so no first event would count in it)
+RATE_INTERVAL_S = max(STEP_S + SCRAPE_S, 4 * SCRAPE_S)
 
 
 def _missing() -> str | None:
@@ -104,7 +123,8 @@ class Host:
     procfs: Path
     state_dir: Path
     nvml_state: Path
-    domain: str  # the PCI domain of this run's Xid GPUs (4 hex digits)
+    domain: str  # the PCI domain of this run's Xid GPUs and NVSwitches (4 hex digits)
+    switches: tuple[int, int]  # this run's NVSwitch numbers: the fatal SXid's, the storm's
 
     def ib_port(self, device: str, port: int = 1) -> Path:
         return self.sysfs / "class" / "infiniband" / device / "ports" / str(port)
@@ -119,7 +139,9 @@ class Host:
 def make_host(tmp: Path) -> Host:
     from tests import nvmlsim
 
-    domain = f"{random.Random().randrange(0x1000, 0xffff):04x}"
+    rnd = random.Random()
+    domain = f"{rnd.randrange(0x1000, 0xffff):04x}"
+    switch = rnd.randrange(100, 10_000)
     sysfs = tmp / "sys"
     # h100-hgx-ndr-aer: the h100-hgx-ndr tree plus every GPU's and NIC's AER statistics files
     shutil.copytree(FIXTURES / "h100-hgx-ndr-aer", sysfs, symlinks=True)
@@ -140,8 +162,16 @@ def make_host(tmp: Path) -> Host:
     # pages beside remapped rows); two single-bit pages, none pending: no page
     gpus[0]["not_supported"] = []
     gpus[0]["retired_pages"] = {"single_bit_ecc": 2, "double_bit_ecc": 0, "pending": 0}
-    host = Host(tmp, sysfs, procfs, tmp / "state", tmp / "nvml.json", domain)
-    nvmlsim.write_state(host.nvml_state, gpus=gpus)
+    # GPU 5 (the fixture's 0000:ab:00.0) gets a fatal AER record before it is lost: the driver's
+    # procfs file maps the record's function to its minor number
+    info = procfs / "driver" / "nvidia" / "gpus" / GPU_AER_FUNCTION / "information"
+    info.parent.mkdir(parents=True)
+    info.write_text("Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\nDevice Minor: \t 5\n")
+    # a driver with NVML's recovery-action field (r570): every GPU starts at none
+    for gpu in gpus:
+        gpu["recovery_action"] = 0
+    host = Host(tmp, sysfs, procfs, tmp / "state", tmp / "nvml.json", domain, (switch, switch + 1))
+    nvmlsim.write_state(host.nvml_state, gpus=gpus, driver_version="570.195.03", nvml_version="12.570.195.03")
     host.state_dir.mkdir()
     write_validator_report(host.state_dir, time.time() - VALIDATOR_AGE_S)
     return host
@@ -274,6 +304,86 @@ def mce_lines(tag: int) -> list[str]:
             "<4>mce: [Hardware Error]: PROCESSOR 0:806f8 TIME 1732700000 SOCKET 0 APIC 18 microcode 2b000571"]
 
 
+def nvswitch_name(n: int) -> str:
+    return f"nvidia-nvswitch{n}"
+
+
+def nvswitch_pci(domain: str, n: int) -> str:
+    """This run's NVSwitch ``n`` (of :attr:`Host.switches`): a PCI id in the run's domain."""
+    return f"{domain}:{n % 0x100:02x}:00.0"
+
+
+def sxid_lines(domain: str, switches: tuple[int, int]) -> list[str]:
+    """NVSwitch SXid errors, each as the driver prints it (NVSWITCH_PRINT_SXID: ``Data {...}``,
+    the description of NVSWITCH_REPORT_FATAL/_NONFATAL ``Fatal|Non-fatal, Link %02d %s``, then
+    ``Severity N Engine instance N Sub-engine instance N``; S-001's shape). The first switch: a
+    fatal SXid 12024 (egress output ECC DBE) and one non-fatal 22013 (below the storm count);
+    the second: two non-fatal ones, 22013 and a 12028 of which only the ``Data`` line is printed
+    (S-101; severity from the SXid catalog), a storm at the test's count of 2."""
+    def group(n: int, code: int, desc: str | None, data: str, engine: int) -> list[str]:
+        head = f"<3>{nvswitch_name(n)}: SXid (PCI:{nvswitch_pci(domain, n)}): {code}, "
+        out = [head + "Data {" + data + "}"]
+        if desc is not None:
+            out += [head + desc, head + f"Severity {0 if desc.startswith('Non') else 1} Engine instance {engine:02d} "
+                                        "Sub-engine instance 00"]
+        return out
+
+    s22013 = ("0x0000002b, 0x0000002b, 0x00000000, 0x0000002b, 0x80005302, 0x00000000, 0x00000000, 0x00000000, "
+              "0x00000000")
+    a, b = switches
+    return [*group(a, 12024, "Fatal, Link 32 egress output ECC DBE error (First)",
+                   "0x00000020, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, 0x00000000, "
+                   "0x00000000", 32),
+            *group(a, 22013, "Non-fatal, Link 44 Minion Link DLREQ interrupt", s22013, 44),
+            *group(b, 22013, "Non-fatal, Link 44 Minion Link DLREQ interrupt", s22013, 44),
+            *group(b, 12028, None, "0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064, 0x00000000, 0x40008000, "
+                                   "0x5a001100, 0x00000000, 0x00000000", 0)]
+
+
+def aer_lines() -> list[str]:
+    """PCIe AER records as drivers/pci/pcie/aer.c prints them (aer_print_port_info's ``error
+    received``, aer_print_error's ``PCIe Bus Error``, device and bit lines, __print_tlp_header)
+    and the recovery of drivers/pci/pcie/err.c (pcie_do_recovery, report_error_detected,
+    aer_root_reset), P-101's shapes on the HGX tree:
+
+    * GPU 5: an uncorrected (fatal) Completion Timeout; the nvidia driver has no AER handler
+      (``can't recover``), its switch port's link is reset, the recovery fails: a GPU-lost
+      precursor (two: the fatal record, the missing callback);
+    * mlx5_2: an uncorrected (non-fatal) Unsupported Request, recovered by mlx5_core;
+    * mlx5_5: one corrected Bad TLP the log prints (the kernel counts the others in sysfs
+      only, its log rate-limited)."""
+    gpu, nic, cor = GPU_AER_FUNCTION, NIC_AER_FUNCTION, CORRECTED_AER_FUNCTION
+    return [f"<6>pcieport 0000:a7:01.0: AER: Uncorrected (Fatal) error received: {gpu}",
+            f"<3>nvidia {gpu}: AER: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
+            "(Requester ID)",
+            f"<3>nvidia {gpu}: AER:   device [10de:2330] error status/mask=00004000/00000000",
+            f"<3>nvidia {gpu}: AER:    [14] CmpltTO                (First)",
+            f"<6>nvidia {gpu}: AER: can't recover (no error_detected callback)",
+            "<6>pcieport 0000:a9:00.0: AER: Downstream Port link has been reset (0)",
+            "<6>pcieport 0000:a9:00.0: AER: device recovery failed",
+            f"<6>pcieport 0000:37:01.0: AER: Uncorrected (Non-Fatal) error received: {nic}",
+            f"<3>mlx5_core {nic}: AER: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+            "(Requester ID)",
+            f"<3>mlx5_core {nic}: AER:   device [15b3:1021] error status/mask=00100000/00000000",
+            f"<3>mlx5_core {nic}: AER:    [20] UnsupReq               (First)",
+            f"<3>mlx5_core {nic}: AER:   TLP Header: 34000000 3c00000f 00000000 00000000",
+            "<6>pcieport 0000:39:02.0: AER: device recovery successful",
+            f"<6>pcieport 0000:a7:01.0: AER: Corrected error received: {cor}",
+            f"<4>mlx5_core {cor}: AER: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Receiver ID)",
+            f"<4>mlx5_core {cor}: AER:   device [15b3:1021] error status/mask=00000040/00002000",
+            f"<4>mlx5_core {cor}: AER:    [ 6] BadTLP                "]
+
+
+def reset_required_lines(domain: str) -> list[str]:
+    """W-101's ``NV_ERR_RESET_REQUIRED`` assertion (no PCI id: the GPU is not named), and an Xid
+    154 on GPU 1 (X-040's shape: the driver's recovery action after its Xid 48 and 63) asking
+    for the node to be rebooted."""
+    return ["<3>NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) "
+            "returned from status @ kernel_channel.c:2827",
+            f"<3>NVRM: Xid (PCI:{domain}:2a:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 "
+            "(Node Reboot Required)"]
+
+
 def bump(path: Path, by: int) -> None:
     path.write_text(f"{int(path.read_text().split()[0]) + by}\n")
 
@@ -302,8 +412,11 @@ class Expect:
         return cls(alert, {"severity": severity, **labels}, fault)
 
 
-def expected(domain: str) -> list[Expect]:
+def expected(host: Host) -> list[Expect]:
+    """Every alert the faults fire, with their labels; a label given as ``""`` must be absent (as
+    Prometheus drops an empty one)."""
     e = Expect.of
+    domain, (sw_fatal, sw_storm) = host.domain, host.switches
     return [
         e("NodewardenGpuHardwareXid", "critical", "kmsg: Xid 48 (DBE) on GPU 1",
           gpu="1", xid="48", pci_bus_id=f"{domain}:2a:00.0", action="drain"),
@@ -338,6 +451,25 @@ def expected(domain: str) -> list[Expect]:
         e("NodewardenValidatorStale", "warning", "validate.json finished 2 h ago (limit 1 h in the test)",
           reason="old_report"),
         e("NodewardenCollectorFailing", "warning", "NVML simulator hung 4 s", collector="nvml"),
+        # issue 11's kinds
+        e("NodewardenNvswitchFatalSxid", "critical", "kmsg: fatal SXid 12024 (3 lines) on the first switch",
+          switch=nvswitch_name(sw_fatal), pci_bus_id=nvswitch_pci(domain, sw_fatal), sxid="12024"),
+        e("NodewardenNvswitchSxidStorm", "warning", "kmsg: 2 non-fatal SXids (22013, 12028) on the second switch",
+          switch=nvswitch_name(sw_storm), pci_bus_id=nvswitch_pci(domain, sw_storm)),
+        e("NodewardenGpuLostPrecursor", "critical", "kmsg: uncorrected (fatal) AER record on GPU 5's function",
+          gpu="5", pci_bus_id=GPU_AER_FUNCTION, reason="fatal_aer"),
+        e("NodewardenGpuLostPrecursor", "critical", "kmsg: nvidia on GPU 5: AER: can't recover",
+          gpu="5", pci_bus_id=GPU_AER_FUNCTION, reason="aer_no_error_detected_callback"),
+        e("NodewardenPcieAerUncorrected", "warning", "kmsg + sysfs: one uncorrected (non-fatal) UnsupReq on mlx5_2",
+          pci_bus_id=NIC_AER_FUNCTION, aer_severity="non_fatal"),
+        e("NodewardenPcieAerCorrectedStorm", "warning", "sysfs: mlx5_5 BadTLP +12 (limit 10), one of them in kmsg",
+          pci_bus_id=CORRECTED_AER_FUNCTION),
+        e("NodewardenGpuResetRequired", "critical", "kmsg: NV_ERR_RESET_REQUIRED assertion (no GPU named)",
+          action="gpu_reset", gpu="", pci_bus_id=""),
+        e("NodewardenGpuResetRequired", "critical", "NVML: GPU 6's recovery action gpu_reset",
+          action="gpu_reset", gpu="6", pci_bus_id="0000:ba:00.0"),
+        e("NodewardenNodeRebootRequired", "critical", "kmsg: Xid 154 to Node Reboot Required on GPU 1, and NVML",
+          action="node_reboot", gpu="1", pci_bus_id=f"{domain}:2a:00.0"),
     ]
 
 
@@ -352,9 +484,9 @@ def unexpected(seen: list[dict[str, Any]], want: list[Expect]) -> list[dict[str,
     def covered(labels: dict[str, str]) -> bool:
         name = labels.get("alertname")
         for e in want:
-            if e.alert == name and all(labels.get(k) == v for k, v in e.labels.items()):
+            if e.alert == name and all(labels.get(k, "") == v for k, v in e.labels.items()):
                 return True
-        return any(name == a and all(labels.get(k) == v for k, v in m.items()) for a, m in ALLOWED)
+        return any(name == a and all(labels.get(k, "") == v for k, v in m.items()) for a, m in ALLOWED)
 
     return [r["labels"] for r in seen if not covered(r["labels"])]
 
@@ -427,7 +559,8 @@ def panel_targets(range_s: int) -> list[tuple[str, str, str, bool]]:
                    for p in grafana.panels(doc) for t in p.get("targets") or () if t.get("expr")]
         assert [(title, expr) for title, expr, _ in targets] == grafana.panel_queries(doc)
         out.extend((name, title, promql.expand_grafana(expr, range_s=range_s, interval_s=STEP_S, cluster=CLUSTER,
-                                                       node=NODE), instant) for title, expr, instant in targets)
+                                                       node=NODE, extra={"__rate_interval": f"{RATE_INTERVAL_S}s"}),
+                    instant) for title, expr, instant in targets)
     return out
 
 
@@ -479,7 +612,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         t_up = time.monotonic()
         watcher.start()
         loaded = {r["name"]: r for g in get_json(f"{prom.base}/api/v1/rules")["data"]["groups"] for r in g["rules"]}
-        absent = sorted(({e.alert for e in expected(host.domain)} | {"NodewardenAgentDown"}) - loaded.keys())
+        absent = sorted(({e.alert for e in expected(host)} | {"NodewardenAgentDown"}) - loaded.keys())
         assert not absent, f"alert rules not loaded: {absent}"
         w("Prometheus sending to Alertmanager", lambda: bool(
             get_json(f"{prom.base}/api/v1/alertmanagers")["data"]["activeAlertmanagers"]))
@@ -500,7 +633,9 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
             "3": {"crc_flit": 40, "crc_data": 12, "replay": 30, "recovery": 2}}})
         nvmlsim.update_gpu(host.nvml_state, 1, {"pcie": {"width_current": 8}})
         nvmlsim.update_gpu(host.nvml_state, 5, {"lost": True})
-        nvmlsim.update_gpu(host.nvml_state, 6, {"remapped_rows": {"uncorrectable": 1, "pending": 1}})
+        # a row remap pending: the driver asks for a reset (NVML's recovery action gpu_reset)
+        nvmlsim.update_gpu(host.nvml_state, 6, {"remapped_rows": {"uncorrectable": 1, "pending": 1},
+                                                "recovery_action": 1})
         nvmlsim.update_gpu(host.nvml_state, 7, {"remapped_rows": {"uncorrectable": 512, "failure": 1}})
         # -- sysfs: a port held down, a port at half rate, a downtrained link, EDAC counts ------
         down = host.ib_port("mlx5_3")
@@ -520,6 +655,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
             prom.value('nodewarden_gpu_ecc_errors_total{gpu="3",type="uncorrected",scope="volatile"}') == 2,
             prom.value('nodewarden_gpu_lost{gpu="5"}') == 1,
             prom.value('nodewarden_gpu_row_remap_pending{gpu="6"}') == 1,
+            prom.value('nodewarden_gpu_recovery_action{gpu="6",action="gpu_reset"}') == 1,
             prom.value('nodewarden_gpu_row_remap_failure{gpu="7"}') == 1,
             prom.value('nodewarden_ib_port_state{device="mlx5_3",port="1"}') == 1,
             prom.value('nodewarden_pcie_link_width{pci_bus_id="0000:dd:00.0",which="current"}') == 8,
@@ -560,16 +696,37 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
         # fault window (a series born inside the window counts only when `up` was there before)
         time.sleep(max(0.0, t_up + FAULT_WINDOW_S + 1.5 - time.monotonic()))
         hw, app = xid_lines(host.domain)
+        # the AER functions are the fixture's: earlier runs' records are in the ring buffer too
+        precursor = 'nodewarden_gpu_lost_precursor_events_total{gpu="5",reason="fatal_aer"}'
+        corrected = f'nodewarden_pcie_aer_logged_errors_total{{pci_bus_id="{CORRECTED_AER_FUNCTION}"}}'
+        before = {q: prom.value(q) or 0 for q in (precursor, corrected)}
         rnd = random.Random()
         edac_mc = rnd.randrange(100, 10_000)  # a memory controller number no earlier run used
         write_kmsg(*hw, *app, unreadable_xid_line(host.domain), *mce_lines(rnd.getrandbits(40)),
-                   edac_log_line(edac_mc))
+                   edac_log_line(edac_mc), *sxid_lines(host.domain, host.switches), *aer_lines(),
+                   *reset_required_lines(host.domain))
+        # what the kernel counts with the AER records it printed (the corrected errors it did not
+        # print too), and NVML's recovery action after the Xid 154
+        bump_aer(host.pci(GPU_AER_FUNCTION) / "aer_dev_fatal", "CmpltTO", 1)
+        bump_aer(host.pci(NIC_AER_FUNCTION) / "aer_dev_nonfatal", "UnsupReq", 1)
+        bump_aer(host.pci(CORRECTED_AER_FUNCTION) / "aer_dev_correctable", "BadTLP", 12)
+        nvmlsim.update_gpu(host.nvml_state, 1, {"recovery_action": 2})
         xid = "nodewarden_gpu_xid_errors_total"
         w("the Xids in Prometheus", lambda: (
             prom.value(f'{xid}{{gpu="1",xid="48",pci_bus_id="{host.domain}:2a:00.0"}}') == 1
             and prom.value(f'{xid}{{gpu="1",xid="63",pci_bus_id="{host.domain}:2a:00.0"}}') == 1
             and prom.value(f'nodewarden_edac_logged_errors_total{{controller="mc{edac_mc}",type="corrected"}}') == 1
             and prom.value(f'{xid}{{gpu="2",xid="13",pci_bus_id="{host.domain}:3a:00.0"}}') == 3))
+        sw = nvswitch_name(host.switches[0])
+        nic = f'pci_bus_id="{NIC_AER_FUNCTION}",severity="nonfatal",error="UnsupReq"'
+        w("issue 11's faults in Prometheus", lambda: all((
+            prom.value(f'nodewarden_nvswitch_sxid_errors_total{{switch="{sw}",sxid="12024",severity="fatal"}}') == 1,
+            prom.value(precursor) == before[precursor] + 1,
+            prom.value(corrected) == before[corrected] + 1,
+            prom.value(f"nodewarden_pcie_aer_errors_total{{{nic}}}") == 1,
+            prom.value(f'nodewarden_gpu_reset_required_events_total{{gpu="1",action="node_reboot"}}') == 1,
+            prom.value('nodewarden_gpu_recovery_action{gpu="1",action="node_reboot"}') == 1,
+        )))
         # the policy recording rule tells the two apart: 48 drains, 13 is the application's
         policy = "gpu_xid:nodewarden_gpu_xid_errors_total:policy"
         w("the Xids in the policy recording rule", lambda: (
@@ -577,7 +734,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
             and prom.value(f'{policy}{{gpu="2",xid="13",hardware="false",action="restart_app"}}') == 3))
         w("nvml recovered", lambda: prom.value('nodewarden_collector_success{collector="nvml"}') == 1)
 
-        want = expected(host.domain)
+        want = expected(host)
 
         def missing() -> list[Expect]:
             return [e for e in want if not watcher.matching(e.alert, {"node": NODE, **e.labels})]

@@ -75,3 +75,14 @@ def test_hosts_matching_nothing_and_one_event(log: Path, tmp_path: Path, capsys:
     with open(tmp_path / "r" / "mtbf_fleet.csv") as f:
         rows = {r["category"]: r for r in csv.DictReader(f)}
     assert rows["hardware"]["failures"] == "1" and rows["hardware"]["mtbf_hours"] == ""
+
+
+def test_sxid_explains_a_code_from_the_catalog(capsys: pytest.CaptureFixture[str]) -> None:
+    # S-101's 12028: an egress non-posted PRIV error, non-fatal in the Fabric Manager guide's table.
+    assert cli.main(["sxid", "12028"]) == exitcodes.OK
+    out = capsys.readouterr().out
+    assert "NVSWITCH_ERR_HW_NPORT_EGRESS_PRIVRSPERR" in out and "egress non-posted PRIV error" in out
+    assert "unit:      egress" in out and "severity:  non_fatal" in out
+    assert cli.main(["sxid", "99999", "--json"]) == exitcodes.OK
+    import json
+    assert json.loads(capsys.readouterr().out)["severity"] == "unknown"

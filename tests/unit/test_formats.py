@@ -14,6 +14,7 @@ import json
 import pytest
 
 from nodewarden.events import iso_utc
+from nodewarden.parsing.dedupe import dedupe
 from nodewarden.parsing.envelope import TimeContext, month_number, parse_line
 from nodewarden.parsing.stream import KernelLogParser, records_from_lines
 
@@ -151,6 +152,22 @@ FORMATS = [
     pytest.param(journal(_TRANSPORT="syslog", __REALTIME_TIMESTAMP="1732000000123456", MESSAGE=XID79,
                          SYSLOG_IDENTIFIER="logger"), REF, dict(kernel=False, ident="logger"),
                  id="journal json userspace transport"),
+    # journald's kmsg reader (systemd src/journal/journald-kmsg.c dev_kmsg_record) stores the kmsg usec
+    # field as _SOURCE_MONOTONIC_TIMESTAMP: the kernel's stamp, which dmesg and kern.log print as [mono];
+    # __MONOTONIC_TIMESTAMP is when journald received the record (150 us later here).
+    pytest.param(journal(_TRANSPORT="kernel", __REALTIME_TIMESTAMP="1732000000123456",
+                         __MONOTONIC_TIMESTAMP="1843308295", _SOURCE_MONOTONIC_TIMESTAMP="1843308145", MESSAGE=XID79),
+                 REF, dict(fmt="journal_json", monotonic=1843.308145, time="2024-11-19T07:06:40.123456Z"),
+                 id="journal json kernel record: the kmsg stamp"),
+    pytest.param(journal(_TRANSPORT="kernel", __MONOTONIC_TIMESTAMP="1843308295",
+                         _SOURCE_MONOTONIC_TIMESTAMP="\uff11\uff18\uff14\uff13", MESSAGE=XID79),
+                 REF, dict(monotonic=1843.308295), id="journal json kmsg stamp not ASCII digits: the receive stamp"),
+    pytest.param(journal(_TRANSPORT="kernel", __MONOTONIC_TIMESTAMP="1843308295",
+                         _SOURCE_MONOTONIC_TIMESTAMP="9" * 400, MESSAGE=XID79),
+                 REF, dict(monotonic=1843.308295), id="journal json kmsg stamp of 400 digits: the receive stamp"),
+    pytest.param(journal(_TRANSPORT="syslog", __MONOTONIC_TIMESTAMP="1843308295",
+                         _SOURCE_MONOTONIC_TIMESTAMP="1843308145", MESSAGE=XID79, SYSLOG_IDENTIFIER="logger"),
+                 REF, dict(monotonic=1843.308295, kernel=False), id="journal json other transport: the receive stamp"),
     # --- <N> priority prefixes (pstore dumps, injected lines) ----------------------------------------
     pytest.param("<3>[6085126.134786] " + XID79, REF,
                  dict(facility="kern", level="err", monotonic=6085126.134786, message=XID79), id="<3> + mono"),
@@ -273,3 +290,16 @@ def test_userspace_journal_record_quoting_an_xid_is_no_event() -> None:
     line = journal(_TRANSPORT="syslog", __REALTIME_TIMESTAMP="1732000000123456", MESSAGE=XID79,
                    SYSLOG_IDENTIFIER="logger")
     assert list(KernelLogParser().feed_lines([line], REF)) == []
+
+
+def test_a_kern_log_line_and_its_journal_record_are_one_event() -> None:
+    # One printk kept by rsyslog in kern.log ("[mono]" is the kmsg stamp) and by journald, exported with
+    # journalctl -o json: the same monotonic stamp (_SOURCE_MONOTONIC_TIMESTAMP), one event across inputs.
+    ctx = TimeContext.make(tz="UTC", reference=dt.datetime(2026, 2, 1, tzinfo=UTC))
+    kern = "Jan 25 10:34:54 node1 kernel: [  100.000001] " + XID79
+    record = dict(__REALTIME_TIMESTAMP="1769337294859532", _SOURCE_MONOTONIC_TIMESTAMP="100000001", _HOSTNAME="node1",
+                  _TRANSPORT="kernel", SYSLOG_IDENTIFIER="kernel", MESSAGE=XID79, PRIORITY="3", SYSLOG_FACILITY="0")
+    (a,) = KernelLogParser(source="file").feed_lines([kern], ctx)
+    (b,) = KernelLogParser(source="journal").feed_lines([journal(**record, __MONOTONIC_TIMESTAMP="100000151")], ctx)
+    assert (a.host, a.monotonic) == (b.host, b.monotonic) == ("node1", 100.000001)
+    assert [(e.source, e.code) for e in dedupe([(a, "kern.log"), (b, "journal.json")])] == [("file", 79)]

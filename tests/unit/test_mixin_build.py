@@ -117,6 +117,19 @@ def test_increase_with_first_counts_a_series_born_in_the_window() -> None:
                  f" or increase({s}[10m])")
 
 
+@pytest.mark.parametrize(("duration", "factor", "want"), [
+    ("10m", 2, "20m"), ("15s", 2, "30s"), ("90s", 2, "3m"), ("1h30m", 2, "3h"), ("500ms", 2, "1s"),
+    ("250ms", 2, "500ms"), ("1w", 2, "14d"), ("8d", 1, "8d")])
+def test_times_scales_a_duration(duration: str, factor: int, want: str) -> None:
+    assert promql.times(duration, factor) == want
+
+
+@pytest.mark.parametrize("bad", ["", "10", "m10", "10m10m", "1s1m", "1.5h"])
+def test_times_refuses_what_is_not_a_duration(bad: str) -> None:
+    with pytest.raises(ValueError, match="not a Prometheus duration"):
+        promql.times(bad, 2)
+
+
 def test_expand_grafana_substitutes_every_variable() -> None:
     e = promql.expand_grafana('increase(x{node=~"$node",cluster=~"${cluster}"}[$__range]) / $__range_s',
                               range_s=600, node="n1")

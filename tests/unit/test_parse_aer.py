@@ -12,6 +12,7 @@ arguments, never parser output.
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from nodewarden.events import iso_utc
 from nodewarden.parsing import aer
 from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record, parse_line
+from nodewarden.parsing.lines import TRIGGERS
 from nodewarden.parsing.stream import KernelLogParser
 
 UTC = dt.timezone.utc
@@ -154,19 +156,20 @@ def test_long_names_map_to_the_short_names_of_the_same_bits() -> None:
 
 # -- records: one event per error record ---------------------------------------------------------
 
-# A v3.10 correctable record (aerdrv_errprint.c) at the root port, then an unrelated Xid: the record
-# ends at the first line that is not the AER driver's, and its event comes first.
+# A v3.10 correctable record (aerdrv_errprint.c) at the root port, with an unrelated Xid that another
+# CPU printed between its lines: the Xid neither ends the record nor joins it. A corrected record
+# (no recovery follows) ends when its window passes, its device's next record starts, or at flush.
 OLD_CORRECTED = [
     "[   10.000001] pcieport 0000:00:1c.0: AER: Corrected error received: id=00e0",
     "[   10.000002] pcieport 0000:00:1c.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, id=00e0(Receiver ID)",
-    "[   10.000003] pcieport 0000:00:1c.0:   device [8086:a110] error status/mask=00000001/00002000",
-    "[   10.000004] pcieport 0000:00:1c.0:    [ 0] Receiver Error         (First)",
-    "[   10.000005] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception",
+    "[   10.000003] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception",
+    "[   10.000004] pcieport 0000:00:1c.0:   device [8086:a110] error status/mask=00000001/00002000",
+    "[   10.000005] pcieport 0000:00:1c.0:    [ 0] Receiver Error         (First)",
 ]
 
 
-def test_a_corrected_record_is_one_event_released_before_the_next_line() -> None:
-    e, x = events(OLD_CORRECTED)
+def test_a_corrected_record_is_one_event_across_another_drivers_line() -> None:
+    x, e = events(OLD_CORRECTED)
     assert (x.kind, x.code) == ("xid", 13)
     assert (e.kind, e.device, e.category, e.monotonic) == ("pcie_aer", "0000:00:1c.0", "corrected", 10.000001)
     assert {k: e.attrs[k] for k in ("severity", "type", "agent", "reporting_device", "source_device", "driver",
@@ -299,6 +302,206 @@ def test_firmware_first_ghes_record_and_its_aer_print_are_one_event() -> None:
     assert (a["via"], a["severity"], a["ghes_severity"], a["vendor_id"], a["status"], a["first_error"],
             a["port_type"], a["affected_devices"], evs[0].monotonic) == (
         "ghes", "non_fatal", "recoverable", 0x10de, 0x00100000, "UnsupReq", 0, ["0000:17:00.0"], 70.000001)
+
+
+# -- records of several ports, other lines between them, wrappers ---------------------------------
+
+def test_two_root_ports_records_interleaved_are_two_events() -> None:
+    # aer_isr runs per root port (drivers/pci/pcie/aer.c aer_isr / aer_isr_one_error): two ports'
+    # printks interleave. aer_print_port_info prints the received line with the port's prefix and
+    # the source id; aer_print_error prints the block with the affected device's (pci_err(dev, ...)).
+    evs = events([
+        "[  100.000001] pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0",
+        "[  100.000002] pcieport 0000:00:02.0: AER: Corrected error received: 0000:02:00.0",
+        "[  100.000003] nvidia 0000:01:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)",
+        "[  100.000004] mlx5_core 0000:02:00.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer, "
+        "(Transmitter ID)",
+        "[  100.000005] nvidia 0000:01:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
+        "[  100.000006] mlx5_core 0000:02:00.0:   device [15b3:101d] error status/mask=00000080/00002000",
+        "[  100.000007] nvidia 0000:01:00.0:    [ 0] RxErr                  (First)",
+        "[  100.000008] mlx5_core 0000:02:00.0:    [ 7] BadDLLP                (First)",
+    ])
+    keys = ("reporting_device", "source_device", "driver", "type", "agent", "vendor_id", "device_id", "status",
+            "mask", "errors", "first_error")
+    got = {e.device: ({k: e.attrs[k] for k in keys}, e.monotonic, e.category) for e in evs}
+    assert got == {
+        "0000:01:00.0": (dict(reporting_device="0000:00:01.0", source_device="0000:01:00.0", driver="nvidia",
+                              type="Physical Layer", agent="Receiver ID", vendor_id=0x10de, device_id=0x2330,
+                              status=0x1, mask=0xe000, errors=[{"bit": 0, "name": "RxErr", "first": True}],
+                              first_error="RxErr"), 100.000001, "corrected"),
+        "0000:02:00.0": (dict(reporting_device="0000:00:02.0", source_device="0000:02:00.0", driver="mlx5_core",
+                              type="Data Link Layer", agent="Transmitter ID", vendor_id=0x15b3, device_id=0x101d,
+                              status=0x80, mask=0x2000, errors=[{"bit": 7, "name": "BadDLLP", "first": True}],
+                              first_error="BadDLLP"), 100.000002, "corrected"),
+    }
+    assert len(evs) == 2
+
+
+def test_a_devices_next_record_ends_its_previous_one() -> None:
+    # One device, two records: the second received line for the same source starts the next.
+    rx = "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0"
+    block = ["nvidia 0000:01:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)",
+             "nvidia 0000:01:00.0:   device [10de:2330] error status/mask=00000041/00000000"]
+    evs = events([f"[ 1.000001] {rx}", *(f"[ 1.000002] {b}" for b in block),
+                  f"[ 1.000011] {rx}", *(f"[ 1.000012] {b}" for b in block)])
+    assert [(e.device, e.monotonic, e.attrs["reporting_device"]) for e in evs] == [
+        ("0000:01:00.0", 1.000001, "0000:00:01.0"), ("0000:01:00.0", 1.000011, "0000:00:01.0")]
+    # status 0x41: bits 0 and 6 of the Correctable Error Status register (RxErr, BadTLP)
+    assert [[b["name"] for b in e.attrs["errors"]] for e in evs] == [["RxErr", "BadTLP"]] * 2
+
+
+def test_a_fatal_record_keeps_its_precursor_across_another_devices_record() -> None:
+    # A fatal error at the GPU's root port, a corrected one of a NIC behind another port printed before
+    # the GPU's "can't recover" (err.c report_error_detected, on the functions below the port): the
+    # fatal record still gets the NVIDIA function that could not recover.
+    evs = events([
+        "[  500.000001] pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error received: 0000:00:03.0",
+        "[  500.000005] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
+        "(Requester ID)",
+        "[  500.000009] pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00004020/00000000",
+        "[  500.000013] pcieport 0000:00:03.0:    [14] CmpltTO                (First)",
+        "[  500.000020] pcieport 0000:80:01.0: AER: Corrected error received: 0000:81:00.0",
+        "[  500.000021] mlx5_core 0000:81:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)",
+        "[  500.000022] mlx5_core 0000:81:00.0:   device [15b3:101d] error status/mask=00000001/00002000",
+        "[  500.000023] mlx5_core 0000:81:00.0:    [ 0] RxErr                  (First)",
+        "[  500.000921] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
+        "[  501.050439] pcieport 0000:00:03.0: AER: Root Port link has been reset (0)",
+        "[  501.050480] pcieport 0000:00:03.0: AER: device recovery failed",
+    ])
+    assert sorted(kinds(evs)) == sorted([
+        ("pcie_aer", "0000:00:03.0", "gpu_lost_precursor"), ("pcie_aer_recovery", "0000:03:00.0", "gpu_lost_precursor"),
+        ("pcie_aer_recovery", "0000:00:03.0", "link_reset"), ("pcie_aer_recovery", "0000:00:03.0", "recovery_failed"),
+        ("pcie_aer", "0000:81:00.0", "corrected")])
+    fatal = next(e for e in evs if e.device == "0000:00:03.0" and e.kind == "pcie_aer")
+    nic = next(e for e in evs if e.device == "0000:81:00.0")
+    assert (fatal.attrs["severity"], fatal.attrs["affected_devices"], fatal.attrs["first_error"]) == (
+        "fatal", ["0000:03:00.0"], "CmpltTO")
+    assert (nic.attrs["affected_devices"], nic.attrs["reporting_device"]) == ([], "0000:80:01.0")
+
+
+def test_recovery_lines_join_the_record_of_their_port() -> None:
+    # Two ports' uncorrected records open at once: each port's recovery lines go to its own record.
+    evs = events([
+        "[ 7.000001] pcieport 0000:00:01.0: AER: Uncorrected (Non-Fatal) error received: 0000:00:01.0",
+        "[ 7.000002] pcieport 0000:00:02.0: AER: Uncorrected (Non-Fatal) error received: 0000:00:02.0",
+        "[ 7.000003] pcieport 0000:00:01.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+        "(Requester ID)",
+        "[ 7.000004] pcieport 0000:00:02.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, "
+        "(Completer ID)",
+        "[ 7.000005] pcieport 0000:00:02.0: AER: device recovery successful",
+        "[ 7.000006] pcieport 0000:00:01.0: AER: device recovery failed",
+    ])
+    assert [(e.kind, e.device, e.category) for e in evs] == [
+        ("pcie_aer", "0000:00:02.0", "non_fatal"), ("pcie_aer_recovery", "0000:00:02.0", "recovered"),
+        ("pcie_aer", "0000:00:01.0", "non_fatal"), ("pcie_aer_recovery", "0000:00:01.0", "recovery_failed")]
+    assert [e.attrs["agent"] for e in evs if e.kind == "pcie_aer"] == ["Completer ID", "Requester ID"]
+
+
+# The same stream through the agent's path (every /dev/kmsg record fed to KernelLogParser.feed, as
+# nodewarden/agent/follower.py does) and the file path (the byte scanner's candidate records only,
+# nodewarden/parsing/scan.py): lines without any trigger word sit between the lines of held records.
+MIXED = [
+    (100_000_001, "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0"),
+    (100_000_003, "nvidia 0000:01:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"),
+    (100_000_004, "usb 1-1: new high-speed USB device number 3 using xhci_hcd"),
+    (100_000_005, "nvidia 0000:01:00.0:   device [10de:2330] error status/mask=00000001/0000e000"),
+    (100_000_007, "nvidia 0000:01:00.0:    [ 0] RxErr                  (First)"),
+    (200_000_001, "[Hardware Error]: Corrected error, no action required."),
+    (200_000_002, "systemd[1]: Started Session 4 of user root."),
+    (200_000_003, "[Hardware Error]: CPU:1 (17:31:0) MC18_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: "
+                  "0xdc2040000000011b"),
+    (200_000_004, "[Hardware Error]: Error Addr: 0x0000000313c7a020"),
+    (200_000_005, "usb 1-1: USB disconnect, device number 3"),
+    (200_000_006, "[Hardware Error]: IPID: 0x0000009600350f00, Syndrome: 0x9fec08000a800a01"),
+    (200_000_007, "[Hardware Error]: Unified Memory Controller Ext. Error Code: 0, DRAM ECC error."),
+    (200_000_008, "EDAC MC0: 1 CE on mc#0csrow#1channel#3 (csrow:1 channel:3 page:0x313c7a offset:0x20 grain:64 "
+                  "syndrome:0x800)"),
+    (200_000_009, "[Hardware Error]: cache level: L3/GEN, mem/io: MEM, mem-tx: RD, part-proc: RES (no timeout)"),
+    (300_000_001, "{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1"),
+    (300_000_002, "{1}[Hardware Error]: event severity: corrected"),
+    (300_000_003, "systemd[1]: Started Session 5 of user root."),
+    (300_000_004, "{1}[Hardware Error]:  Error 0, type: corrected"),
+    (300_000_005, "{1}[Hardware Error]:   section_type: memory error"),
+    (300_000_006, "{1}[Hardware Error]:   physical_address: 0x0000001111111000"),
+    (300_000_007, "{1}[Hardware Error]:   error_type: 2, single-bit ECC"),
+    (303_500_000, "systemd[1]: Started Session 6 of user root."),  # past every window
+    (303_600_000, "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0"),
+    (303_600_001, "nvidia 0000:01:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"),
+    (303_600_002, "usb 1-1: new high-speed USB device number 4 using xhci_hcd"),
+    (303_600_003, "nvidia 0000:01:00.0:   device [10de:2330] error status/mask=00000040/0000e000"),
+]
+
+
+def _view(e) -> tuple:
+    return (e.kind, e.device, e.category, e.monotonic, {k: v for k, v in e.attrs.items() if k != "seq"})
+
+
+def test_the_agent_path_and_the_file_path_give_the_same_events() -> None:
+    from nodewarden.collectors.kernel_log import events_from_bytes
+
+    agent = KernelLogParser(source="kmsg")
+    live = []
+    for seq, (usec, msg) in enumerate(MIXED, start=1):
+        live.extend(agent.feed(parse_kmsg_record(f"3,{seq},{usec},-;{msg}", CTX)))
+    live.extend(agent.flush())
+    text = "".join(f"[{usec // 1_000_000:5d}.{usec % 1_000_000:06d}] {msg}\n" for usec, msg in MIXED)
+    filed = list(events_from_bytes(text.encode(), KernelLogParser(source="file"), CTX))
+    assert [_view(e) for e in live] == [_view(e) for e in filed]
+    assert [(e.kind, e.device, e.monotonic) for e in live] == [
+        ("pcie_aer", "0000:01:00.0", 100.000001), ("cpu_ecc", "mc0/mc#0csrow#1channel#3", 200.000008),
+        ("cpu_ecc", None, 300.000001), ("pcie_aer", "0000:01:00.0", 303.6)]
+    first, umc, _ghes, second = live
+    # the USB line between the PCIe Bus Error line and its detail lines ended nothing: the record has them
+    assert (first.attrs["status"], first.attrs["mask"], first.attrs["errors"]) == (
+        0x1, 0xe000, [{"bit": 0, "name": "RxErr", "first": True}])
+    assert (umc.attrs["mca_addr"], umc.attrs["mca_ipid"], umc.attrs["mca_bank"]) == (0x313c7a020, 0x9600350f00, 18)
+    assert second.attrs["errors"] == [{"bit": 6, "name": "BadTLP", "first": False}]  # status 0x40: bit 6
+
+
+def test_each_aer_line_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    parse = aer.parse_line
+    monkeypatch.setattr(aer, "parse_line", lambda m: calls.append(m) or parse(m))
+    lines = [f"[ {100 + i}.000001] pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0"
+             for i in range(3)]
+    lines += ["[ 103.000002] nvidia 0000:01:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+              "(Receiver ID)",
+              "[ 103.000003] NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception"]
+    assert [e.kind for e in events(lines)] == ["pcie_aer", "pcie_aer", "xid", "pcie_aer"]  # 3 records, the Xid
+    assert len(calls) == 4  # the four AER lines, each once; the Xid line is no AER line
+
+
+# gpud's scanner logs the kernel line it matched under "line", its own note under "msg".
+GPUD = '{"level":"warn","ts":"2025-01-28T06:47:16Z","msg":"known aer","line":"kern  :err   : %s %s"}'
+
+
+def test_a_kernel_record_in_a_json_wrappers_line_key_is_read() -> None:
+    (e,) = events([
+        GPUD % ("2025-01-25T10:34:54,859532+00:00",
+                "pcieport 0000:00:03.0: AER: Uncorrected (Fatal) error received: 0000:00:03.0"),
+        GPUD % ("2025-01-25T10:34:54,859540+00:00",
+                "pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction Layer, "
+                "(Requester ID)"),
+        GPUD % ("2025-01-25T10:34:54,859544+00:00",
+                "pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00004020/00000000"),
+        GPUD % ("2025-01-25T10:34:54,859548+00:00", "pcieport 0000:00:03.0:    [14] CmpltTO                (First)"),
+    ])
+    # the kernel's stamp (dmesg --time-format iso), not the wrapper's "ts"
+    assert (e.kind, e.device, e.category, iso_utc(e.time)) == ("pcie_aer", "0000:00:03.0", "fatal",
+                                                               "2025-01-25T10:34:54.859532Z")
+    assert {k: e.attrs[k] for k in ("severity", "type", "agent", "reporting_device", "source_device", "vendor_id",
+                                    "device_id", "status", "mask", "errors")} == dict(
+        severity="fatal", type="Transaction Layer", agent="Requester ID", reporting_device="0000:00:03.0",
+        source_device="0000:00:03.0", vendor_id=0x8086, device_id=0x6f08, status=0x4020, mask=0,
+        errors=[{"bit": 14, "name": "CmpltTO", "first": True}])
+
+
+@pytest.mark.parametrize("word", TRIGGERS)
+def test_a_json_wrapper_unwraps_a_line_holding_any_trigger_word(word: str) -> None:
+    # One list decides both which records the stream reads and which wrapped value is the kernel line:
+    # a word added for a new fault kind unwraps too.
+    rec = parse_line(json.dumps({"level": "warn", "msg": "known", "line": f"kern  :err   : x {word} y"}), CTX)
+    assert (rec.fmt, rec.message, rec.facility, rec.level) == ("json", f"x {word} y", "kern", "err")
 
 
 # -- bad input: never raises, malformed lines are counted -----------------------------------------

@@ -403,6 +403,20 @@ def test_edac_deferred_type() -> None:
         "type"] == "deferred"
 
 
+@pytest.mark.parametrize("count, parsed", [(1, True), (16384, True), (65535, True), (65536, False),
+                                           (2147483649, False), (999999999, False)])
+def test_edac_count_is_a_u16(count: int, parsed: bool) -> None:
+    # edac_mc_handle_error(..., const u16 error_count, ...) / struct edac_raw_error_desc { u16 error_count; }
+    # (include/linux/edac.h): a line cannot report more than 65535 errors; a larger count is a mangled line.
+    line = (f"EDAC MC0: {count} CE memory read error on DIMM_A1 (channel:0 slot:0 page:0x4 offset:0x0 grain:8 "
+            "syndrome:0x0)")
+    got = edac.parse_edac(line)
+    assert (got["count"] if got else None) == (count if parsed else None)
+    evs, p = run([f"[ 10.000001] {line}"])
+    assert [(e.kind, e.attrs.get("count")) for e in evs] == [("cpu_ecc", count) if parsed else ("unparsed", None)]
+    assert p.stats.unparsed == (0 if parsed else 1)
+
+
 # -- AMD MCA decoder --------------------------------------------------------------------------------
 
 AMD_LINES = [
@@ -523,6 +537,86 @@ def test_an_edac_line_past_the_window_is_not_the_decode() -> None:
 def test_malformed_amd_decodes_are_unparsed(lines: list[str]) -> None:
     evs, p = run(lines)
     assert [(e.kind, e.attrs["family"]) for e in evs] == [("unparsed", "mca")] and p.stats.unparsed == 1
+
+
+def test_a_malformed_status_line_starts_a_decode_whose_fields_go_nowhere() -> None:
+    # amd_decode_mce prints one decode per error: decode_error_status's words, then the status line
+    # ("CPU:%d (%x:%x:%x) MC%d_STATUS[...]: 0x%016llx", 16 hex digits). A status line with 17 digits is
+    # mangled: it still starts its decode (with the words before it), and the Error Addr / IPID lines
+    # after it are that decode's; they join neither the EDAC line after them nor the next decode.
+    evs, p = run([
+        A("Corrected error, no action required.", "1533534.869508"),  # a decode whose status line is missing
+        A("Error Addr: 0x0000000313c7a020", "1533534.912122"),
+        A("IPID: 0x0000009600350f00, Syndrome: 0x9fec08000a800a01", "1533534.926641"),
+        A("Unified Memory Controller Ext. Error Code: 0", "1533534.943278"),
+        "[1533534.946635] EDAC MC0: 1 CE Cannot decode normalized address on mc#0csrow#1channel#3 (csrow:1 "
+        "channel:3 page:0x0 offset:0x0 grain:64 syndrome:0x800)",
+        A("Uncorrected, software containable error.", "1533535.869508"),
+        A("CPU:1 (17:31:0) MC18_STATUS[Over|UE|MiscV|AddrV|-|-|SyndV|UECC|-|-|-]: 0x1dc2040000000011b",
+          "1533535.884635"),  # 17 hex digits: no 64-bit register
+        A("Error Addr: 0x0000000313c7a020", "1533535.912122"),
+        A("IPID: 0x0000009600350f00, Syndrome: 0x9fec08000a800a01", "1533535.926641"),
+        A("Unified Memory Controller Ext. Error Code: 0", "1533535.943278"),
+        "[1533535.946635] EDAC MC0: 1 UE on mc#0csrow#1channel#3 (csrow:1 channel:3 page:0x0 offset:0x0 grain:64 "
+        "syndrome:0x800)",
+        A("CPU:4 (19:11:1) MC5_STATUS[Over|CE|MiscV|-|-|-|-|-|-|-|-]: 0x9c20000000010151", "1533536.884635"),
+        A("IPID: 0x000500b000000000", "1533536.884636"),
+        A("Execution Unit Ext. Error Code: 0, Watchdog timeout error.", "1533536.884637"),
+        A("cache level: L1, tx: INSN, mem-tx: IRD", "1533536.884638"),
+    ])
+    ce, ue = (e for e in evs if e.kind == "cpu_ecc")
+    # the EDAC lines stand alone: page 0 / offset 0 is no address, and no decode gave them one
+    assert (ce.attrs["type"], ce.attrs["address"], "mca_addr" in ce.attrs) == ("corrected", None, False)
+    assert (ue.attrs["type"], ue.attrs["address"], "mca_addr" in ue.attrs) == ("uncorrected", None, False)
+    (m,) = (e for e in evs if e.kind == "mce")
+    # the Execution Unit decode has no Error Addr line: none of the mangled decode's fields reach it
+    assert (m.device, m.category, m.attrs["status"], m.attrs["ipid"], m.attrs["bank_name"], "addr" in m.attrs) == (
+        "cpu4/bank5", "corrected", 0x9c20000000010151, 0x000500b000000000, "Execution Unit", False)
+    assert m.monotonic == 1533536.884635 and m.raw.count("\n") == 3  # its own four lines
+    unparsed = [e for e in evs if e.kind == "unparsed"]
+    assert [(e.attrs["family"], e.monotonic, e.raw.count("\n") + 1) for e in unparsed] == [
+        ("mca", 1533534.869508, 4), ("mca", 1533535.869508, 5)]  # each decode's lines, once
+    assert len(evs) == 5 and p.stats.unparsed == 2
+
+
+@pytest.mark.parametrize("words", ["Corrected error, no action required.", "Deferred error, no action required.",
+                                   "Uncorrected, software restartable error."])
+def test_the_severity_words_start_a_new_decode(words: str) -> None:
+    # A decode cut after its status line (no cache level line), then the next error's words: the next
+    # decode takes none of the first one's fields.
+    evs, _ = run([A("Corrected error, no action required."),
+                  A("CPU:1 (17:31:0) MC18_STATUS[Over|CE|MiscV|AddrV|-|-|SyndV|CECC|-|-|-]: 0xdc2040000000011b"),
+                  A("Error Addr: 0x0000000313c7a020"),
+                  A(words, "200.000002"),
+                  A("CPU:4 (19:11:1) MC5_STATUS[Over|CE|MiscV|-|-|-|-|-|-|-|-]: 0x9c20000000010151", "200.000003"),
+                  A("cache level: L1, tx: INSN, mem-tx: IRD", "200.000004")])
+    assert [(e.kind, e.device) for e in evs] == [("mce", "cpu1/bank18"), ("mce", "cpu4/bank5")]
+    assert (evs[0].attrs["addr"], "addr" in evs[1].attrs, evs[1].attrs["status_text"]) == (
+        0x313c7a020, False, words.rstrip("."))
+
+
+# gpud's scanner logs the kernel line it matched under "line" (its own note under "msg").
+GPUD = '{"level":"warn","ts":"2025-01-28T06:47:16Z","msg":"known hw error","line":"kern  :err   : %s %s"}'
+
+
+def test_ghes_and_amd_decoder_lines_in_a_json_wrappers_line_key_are_read() -> None:
+    ghes_lines = ["{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1",
+                  "{1}[Hardware Error]: event severity: corrected", "{1}[Hardware Error]:  Error 0, type: corrected",
+                  "{1}[Hardware Error]:   section_type: memory error",
+                  "{1}[Hardware Error]:   physical_address: 0x0000001111111000",
+                  "{1}[Hardware Error]:   error_type: 2, single-bit ECC"]
+    amd_lines = ["[Hardware Error]: Corrected error, no action required.",
+                 "[Hardware Error]: CPU:4 (19:11:1) MC5_STATUS[Over|CE|MiscV|-|-|-|-|-|-|-|-]: 0x9c20000000010151",
+                 "[Hardware Error]: IPID: 0x000500b000000000",
+                 "[Hardware Error]: cache level: L1, tx: INSN, mem-tx: IRD"]
+    lines = [GPUD % (f"2025-01-25T10:35:54,{i:06d}+00:00", m) for i, m in enumerate(ghes_lines)]
+    lines += [GPUD % (f"2025-01-25T10:36:54,{i:06d}+00:00", m) for i, m in enumerate(amd_lines)]
+    evs, p = run(lines)
+    assert [(e.kind, e.category, e.attrs["via"]) for e in evs] == [("cpu_ecc", "corrected", "ghes"),
+                                                                   ("mce", "corrected", "mca")]
+    assert (evs[0].attrs["physical_address"], evs[0].attrs["error_type"]) == (0x1111111000, 2)
+    assert (evs[1].device, evs[1].attrs["status"]) == ("cpu4/bank5", 0x9c20000000010151)
+    assert p.stats.unparsed == 0
 
 
 HW_PIECES = st.sampled_from([

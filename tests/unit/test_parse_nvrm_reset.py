@@ -61,6 +61,46 @@ ASSERTIONS = [
                  id="expression with blanks"),
     pytest.param("NVRM: nvAssertFailedNoLog: Assertion failed: 0x00007f3a12345678", "driver_assertion",
                  dict(expression="0x00007f3a12345678", location=None), id="address only"),
+    # W-101's line cut after the token (a paste, a truncated record): the token decides
+    pytest.param("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x0000",
+                 "gpu_reset_required", dict(status=None, status_name="NV_ERR_RESET_REQUIRED", status_text="Reset required",
+                                            expression=None, location=None, action="gpu_reset"), id="cut in the status"),
+    pytest.param("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED]",
+                 "gpu_reset_required", dict(status=None, status_name="NV_ERR_RESET_REQUIRED", action="gpu_reset"),
+                 id="cut after the token"),
+    # a status of 9 hex digits is no 0x%08X: absent, the token and the rest still read
+    pytest.param("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x000000062)",
+                 "gpu_reset_required", dict(status=None, status_name="NV_ERR_RESET_REQUIRED", location=None),
+                 id="9-digit status"),
+    pytest.param("NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x000000062) "
+                 "returned from status @ kernel_channel.c:2827", "gpu_reset_required",
+                 dict(status=None, status_name="NV_ERR_RESET_REQUIRED", expression="status",
+                      location="kernel_channel.c:2827"), id="9-digit status, whole line"),
+    # nvassert.c nvCheckOkFailed[NoLog] (NV_CHECK_OK): "Check failed: %s (0x%08X) returned from %s @ %s:%d"
+    pytest.param("NVRM: nvCheckOkFailedNoLog: Check failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) "
+                 "returned from status @ kernel_channel.c:2827", "gpu_reset_required",
+                 dict(status=0x62, status_name="NV_ERR_RESET_REQUIRED", status_text="Reset required",
+                      expression="status", location="kernel_channel.c:2827", action="gpu_reset",
+                      function="nvCheckOkFailedNoLog"), id="Check failed, reset required"),
+    pytest.param("NVRM: GPU1 nvCheckOkFailed: Check failed: Reset required [NV_ERR_RESET_REQUIRED] (0x0000",
+                 "gpu_reset_required", dict(gpu=1, status=None, status_name="NV_ERR_RESET_REQUIRED",
+                                            function="nvCheckOkFailed"), id="Check failed, cut"),
+    # W-003's line (nvtrust#77)
+    pytest.param("NVRM: nvCheckOkFailedNoLog: Check failed: Ran out of a critical resource, other than memory "
+                 "[NV_ERR_INSUFFICIENT_RESOURCES] (0x0000001A) returned from kfspSendBootCommands_HAL(pGpu, pKernelFsp) "
+                 "@ kernel_gsp_gh100.c:756", "driver_assertion",
+                 dict(status=0x1a, status_name="NV_ERR_INSUFFICIENT_RESOURCES",
+                      status_text="Ran out of a critical resource, other than memory",
+                      expression="kfspSendBootCommands_HAL(pGpu, pKernelFsp)", location="kernel_gsp_gh100.c:756",
+                      function="nvCheckOkFailedNoLog"), id="W-003 Check failed, other status"),
+    # nvassert.c nvCheckFailed[NoLog] (NV_CHECK): "Check failed: %s @ %s:%d"
+    pytest.param("NVRM: nvCheckFailedNoLog: Check failed: pGpu != NULL @ gpu.c:4242", "driver_assertion",
+                 dict(expression="pGpu != NULL", location="gpu.c:4242", status=None, function="nvCheckFailedNoLog"),
+                 id="Check failed, expression"),
+    # an expression with a bracketed name is no status token
+    pytest.param("NVRM: nvAssertFailed: Assertion failed: pTable[NV_ERR_GENERIC] == 0 @ table.c:12", "driver_assertion",
+                 dict(expression="pTable[NV_ERR_GENERIC] == 0", location="table.c:12", status_name=None),
+                 id="bracket inside the expression"),
 ]
 
 
@@ -83,6 +123,9 @@ def test_assertion_text_elsewhere_is_no_event() -> None:
 def test_assertion_inside_another_kernel_message_is_unparsed() -> None:
     (e,) = events_of(["[ 1.0] foo: bar " + RESET.format(line=2827)])
     assert (e.kind, e.attrs["family"]) == ("unparsed", "nvrm_assert")
+    (e,) = events_of(["[ 1.0] foo: bar " + RESET.format(line=2827).replace("nvAssert", "nvCheck").replace(
+        "Assertion", "Check")])
+    assert (e.kind, e.attrs["family"]) == ("unparsed", "nvrm_assert")
 
 
 # -- Xid 154 ---------------------------------------------------------------------------------------
@@ -101,6 +144,28 @@ def test_xid154_action(to: int, name: str, action: str) -> None:
     (e,) = events_of([line])
     assert (e.kind, e.code, e.attrs["recovery_action"], e.attrs["recovery_action_from"]) == (
         "xid", 154, action, "drain_and_reset")
+
+
+@pytest.mark.parametrize("to, fields", [
+    # "0x%x" of the 32-bit enum: at most 8 hex digits
+    pytest.param("0x00000004 (Drain and Reset)", dict(recovery_to=4, recovery_action="drain_and_reset"), id="8 digits"),
+    pytest.param("0xffffffff (Bogus)", dict(recovery_to=0xffffffff, recovery_action="unknown"), id="32-bit max"),
+    # longer: no recovery-action line; the fields are absent, the Xid stays
+    pytest.param("0x99999999999999999999 (Bogus)", dict(recovery_to=None, recovery_from=None, recovery_action=None),
+                 id="20 digits"),
+    pytest.param("0x100000000 (GPU Reset Required)", dict(recovery_to=None, recovery_action=None), id="9 digits"),
+])
+def test_xid154_numbers_are_32_bit(to: str, fields: dict) -> None:
+    line = f"[171167.621164] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to {to}"
+    (e,) = events_of([line])
+    assert (e.kind, e.code, e.device) == ("xid", 154, "0009:01:00.0")
+    assert {k: e.attrs.get(k) for k in fields} == fields
+
+
+def test_xid154_long_from_number_is_absent_too() -> None:
+    (e,) = events_of(["[1.0] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x000000000 (None) "
+                      "to 0x1 (GPU Reset Required)"])
+    assert (e.code, e.attrs.get("recovery_from"), e.attrs.get("recovery_action")) == (154, None, None)
 
 
 def test_recovery_action_names() -> None:

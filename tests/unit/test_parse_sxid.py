@@ -228,6 +228,137 @@ def test_kmsg_cursor_holds_an_open_error() -> None:
     assert (e.attrs["seq"], e.attrs["lines"], p.pending_seqs()) == (501, 2, ())
 
 
+# -- which lines are one error (sxid.joins_error) ------------------------------------------------------
+# kernel/error_nvswitch.c, _nvswitch_dump_error_entry: one "Severity %d Engine instance %02d Sub-engine
+# instance %02d" and one "Data {...}" (and maybe the 8-word data[8..15]) per recorded error entry;
+# the NVSWITCH_REPORT_* description comes first, NVSWITCH_REPORT_DATA adds a second pair. S-001 shows
+# Data, description, Severity; S-101's scanner keeps the Data (and Severity) lines only.
+
+S3 = "nvidia-nvswitch3: SXid (PCI:0000:04:00.0): "
+S1 = "nvidia-nvswitch1: SXid (PCI:0000:84:00.0): "
+
+
+def data_words(flags: int, second: int) -> str:
+    return (f"Data {{0x{flags:08x}, 0x{second:08x}, 0x00000500, 0x00000064, 0x00000000, 0x40008000, 0x5a001100, "
+            "0x00000000, 0x00000000}")
+
+
+@pytest.mark.parametrize("part, severities, datas, described, joins", [
+    ("description", 0, 0, False, True), ("description", 0, 1, False, True),    # S-001: Data, then description
+    ("description", 1, 0, False, False), ("description", 0, 0, True, False),   # after a Severity / a description
+    ("severity", 0, 0, False, True), ("severity", 0, 1, False, True),          # the first pair
+    ("severity", 1, 1, True, True),                                            # REPORT_DATA's pair
+    ("severity", 1, 1, False, False), ("severity", 1, 0, True, False),         # no description / Data missing
+    ("severity", 2, 2, True, False),                                           # at most two pairs
+    ("data", 0, 0, False, True), ("data", 1, 0, False, True), ("data", 2, 1, True, True),
+    ("data", 0, 1, False, False), ("data", 1, 1, True, False),
+    ("data2", 1, 1, True, True), ("text", 0, 0, False, True),
+])
+def test_joins_error_rule(part: str, severities: int, datas: int, described: bool, joins: bool) -> None:
+    assert sxid.joins_error(part, severities, datas, described) is joins
+
+
+def test_data_description_severity_twice_gives_each_error_its_data() -> None:
+    # S-001's order for two links 3 ms apart: link 44's Data is link 44's, not a second record of 43
+    lines = [dmesg(38.175561, S3 + "22013, " + data_words(0x2b, 0x2b)),
+             dmesg(38.178720, S3 + "22013, Non-fatal, Link 43 Minion Link DLREQ interrupt"),
+             dmesg(38.180708, S3 + "22013, Severity 0 Engine instance 43 Sub-engine instance 00"),
+             dmesg(38.181561, S3 + "22013, " + data_words(0x2c, 0x2c)),
+             dmesg(38.182720, S3 + "22013, Non-fatal, Link 44 Minion Link DLREQ interrupt"),
+             dmesg(38.183708, S3 + "22013, Severity 0 Engine instance 44 Sub-engine instance 00")]
+    got = [(e.attrs["link"], e.attrs["engine_instance"], e.attrs["data"][:2], e.attrs.get("data_extra"), e.attrs["lines"])
+           for e in events_of(lines)]
+    assert got == [(43, 43, [0x2b, 0x2b], None, 3), (44, 44, [0x2c, 0x2c], None, 3)]
+
+
+def test_data_severity_pairs_without_description_are_one_error_each() -> None:
+    # S-101's scanner shape, three records 10 ms apart (within WINDOW_S): three errors
+    lines = []
+    for i in range(3):
+        lines += [dmesg(700.1 + i * 0.01, S1 + "12028, " + data_words(0x1c0, 0xbd5c8a + i)),
+                  dmesg(700.1001 + i * 0.01, S1 + "12028, Severity 0 Engine instance 00 Sub-engine instance 00")]
+    got = [(e.attrs["data"][1], e.attrs["severity_level"], e.attrs.get("data_extra"), e.attrs["lines"])
+           for e in events_of(lines)]
+    assert got == [(0xbd5c8a, 0, None, 2), (0xbd5c8b, 0, None, 2), (0xbd5c8c, 0, None, 2)]
+
+
+def test_severity_data_pairs_without_description_are_one_error_each() -> None:
+    lines = [dmesg(5.0, head(20034) + "Severity 1 Engine instance 12 Sub-engine instance 00"),
+             dmesg(5.0, head(20034) + "Data {0x1, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0}"),
+             dmesg(5.0, head(20034) + "Severity 1 Engine instance 13 Sub-engine instance 00"),
+             dmesg(5.0, head(20034) + "Data {0x2, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0}")]
+    got = [(e.category, e.attrs["engine_instance"], e.attrs["data"][0], e.attrs["lines"]) for e in events_of(lines)]
+    assert got == [("fatal", 12, 0x1, 2), ("fatal", 13, 0x2, 2)]
+
+
+def test_report_data_records_keep_their_second_words() -> None:
+    # description, then two records each with its 8-word data[8..15] line: one error
+    lines = [dmesg(5.0, head(20034) + "Fatal, Link 12 LTSSM Fault Up"),
+             dmesg(5.0, head(20034) + "Severity 1 Engine instance 12 Sub-engine instance 00"),
+             dmesg(5.0, head(20034) + "Data {0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9}"),
+             dmesg(5.0, head(20034) + "Data {0xa, 0xb, 0xc, 0xd, 0xe, 0xf, 0x10, 0x11}"),
+             dmesg(5.0, head(20034) + "Severity 1 Engine instance 12 Sub-engine instance 00"),
+             dmesg(5.0, head(20034) + "Data {0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29}"),
+             dmesg(5.0, head(20034) + "Data {0x2a, 0x2b, 0x2c, 0x2d, 0x2e, 0x2f, 0x30, 0x31}")]
+    (e,) = events_of(lines)
+    assert (e.attrs["lines"], e.attrs["data"], e.attrs["data_extra"]) == (
+        7, list(range(1, 18)), [list(range(0x21, 0x32))])
+
+
+def test_without_time_a_full_pair_ends_the_error() -> None:
+    # dmesg -H: only the first line of each minute has a time, the "+delta" lines none. The third
+    # Data comes an hour later, within 16 SXid lines: it is a new error because the one before
+    # already has its Data and Severity.
+    lines = ["[Jan25 10:34] " + S1 + "12028, " + data_words(0x1c0, 0xbd5c8a),
+             "[  +0.000100] " + S1 + "12028, Severity 0 Engine instance 00 Sub-engine instance 00",
+             "[+3600.000000] usb 1-1: new high-speed USB device number 3 using xhci_hcd",
+             "[  +1.000000] " + S1 + "12028, " + data_words(0x1c0, 0xbd5c8b),
+             "[  +0.000100] " + S1 + "12028, Severity 0 Engine instance 00 Sub-engine instance 00"]
+    got = [(e.attrs["data"][1], e.attrs["lines"]) for e in events_of(lines)]
+    assert got == [(0xbd5c8a, 2), (0xbd5c8b, 2)]
+
+
+# -- Data words that are no 0x%08x words -----------------------------------------------------------------
+
+@pytest.mark.parametrize("words, reason", [
+    pytest.param("0xZZZZ, 0x00000002, hello, 0x123456789", "'0xZZZZ'", id="not hex"),
+    pytest.param("0x00000001, 0x00000002, hello", "'hello'", id="a word"),
+    pytest.param("0x00000001, 0x123456789", "'0x123456789'", id="9 hex digits"),
+    pytest.param("0x00000001, , 0x00000003", "''", id="empty word"),
+    pytest.param(", ".join(["0x1"] * 33), "33 words", id="33 words"),
+])
+def test_bad_data_word_is_unparsed_and_the_error_still_folds(words: str, reason: str) -> None:
+    lines = [dmesg(100.0001, head(12028) + "Non-fatal, Link 17 egress non-posted PRIV error"),
+             dmesg(100.00011, head(12028) + "Severity 0 Engine instance 17 Sub-engine instance 00"),
+             dmesg(100.00012, head(12028) + "Data {" + words + "}")]
+    p = KernelLogParser()
+    events = list(p.feed_lines(lines, CTX))
+    assert [e.kind for e in events] == ["unparsed", "sxid"] and p.stats.unparsed == 1
+    bad, e = events
+    assert (bad.attrs["family"], bad.monotonic) == ("sxid", 100.00012) and reason in bad.attrs["reason"]
+    assert (e.attrs["description"], e.attrs["severity_level"], e.attrs["data"], e.attrs["lines"]) == (
+        "egress non-posted PRIV error", 0, [], 2)
+
+
+def test_bad_first_record_keeps_its_place() -> None:
+    # EGRESS_12028 with its first Data record mangled: still one error; the second record is data_extra
+    lines = list(EGRESS_12028)
+    lines[2] = dmesg(100.000120, head(12028) + "Data {0x00000010, 0x0002000g, 0x00000000}")
+    p = KernelLogParser()
+    events = list(p.feed_lines(lines, CTX))
+    assert [e.kind for e in events] == ["unparsed", "sxid"] and p.stats.unparsed == 1
+    e = events[1]
+    assert (e.attrs["lines"], e.attrs["data"], e.attrs["data_extra"]) == (
+        4, [], [[0x1c0, 0xbd5c8a, 0x500, 0x64, 0x0, 0x40008000, 0x5a001100, 0x0, 0x0]])
+
+
+def test_bad_data_line_alone_opens_no_error() -> None:
+    p = KernelLogParser()
+    events = list(p.feed_lines([dmesg(1.0, head(12028) + "Data {0xZZZZ, 0x00000002}")], CTX))
+    assert [(e.kind, e.attrs["family"]) for e in events] == [("unparsed", "sxid")]
+    assert parse_sxid_line(head(12028) + "Data {0x00000001, 0xZZZZ}")["words"] is None
+
+
 # -- bad input ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lines, expected", [
@@ -239,8 +370,10 @@ def test_kmsg_cursor_holds_an_open_error() -> None:
     pytest.param([head(12028) + "Data {0x000001c0, 0x00bd5c8a, 0x0000"], [(12028, 1)], id="Data cut mid-word"),
     pytest.param([head(12028) + "Data {}"], [(12028, 1)], id="Data without words"),
     pytest.param([head(12028)], [(12028, 1)], id="header only"),
-    pytest.param([head(12028) + "Data {0x1, 0x2}", head(12028) + "Data {0x3, 0x4}"], [(12028, 2)],
+    # a Data line after a Data line without a Severity between: the next error's record (sxid.joins_error)
+    pytest.param([head(12028) + "Data {0x1, 0x2}", head(12028) + "Data {0x3, 0x4}"], [(12028, 1), (12028, 1)],
                  id="two short Data lines"),
+    pytest.param([head(12028) + "Data {0x00000001, 0x00000002, "], [(12028, 1)], id="Data cut after a comma"),
 ])
 def test_truncated_groups_give_their_event(lines: list[str], expected: list) -> None:
     events = events_of(lines)
@@ -272,12 +405,14 @@ def test_a_line_with_sxid_is_never_an_xid() -> None:
 
 
 def test_group_split_across_two_files() -> None:
-    # a rotation between the description and its record: each file gives its half as an event
+    # a rotation between the description and its first record: the first file gives description and
+    # Severity; the second starts with that record's Data, then the REPORT_DATA pair (Severity, Data):
+    # without the description, a Severity after a full pair starts a new error (sxid.joins_error)
     first = events_of(EGRESS_12028[:2])
     second = events_of(EGRESS_12028[2:])
     assert [(e.attrs["description"], e.attrs["lines"]) for e in first] == [("egress non-posted PRIV error", 2)]
-    assert [(e.attrs["description"], e.attrs["severity_source"], e.attrs["lines"]) for e in second] == [
-        (None, "text", 3)]
+    assert [(e.attrs["description"], e.attrs["severity_source"], e.attrs["lines"], e.attrs["data"][1])
+            for e in second] == [(None, "text", 2, 0x20000), (None, "catalog", 1, 0xbd5c8a)]
 
 
 def test_many_open_errors_are_bounded() -> None:

@@ -250,7 +250,13 @@ XID_CASES = [
         X(xid=74, pci_bus_id="0000:04:00.0", pid=1234, process="python3", code_text_mismatch=31),
     ], id="X-046 injector text under wrong code"),
     pytest.param("W-002", [], id="W-002 GSP heartbeat/RPC history: no event"),
-    pytest.param("W-003", [], id="W-003 RmInitAdapter failure: no event"),
+    pytest.param("W-003", [  # nvassert.c nvCheckOkFailedNoLog: "Check failed: %s (0x%08X) returned from %s @ %s:%d";
+        # the RmInitAdapter failure lines after it are no event
+        dict(kind="driver_assertion", function="nvCheckOkFailedNoLog", status=0x1A,
+             status_name="NV_ERR_INSUFFICIENT_RESOURCES", status_text="Ran out of a critical resource, other than memory",
+             expression="kfspSendBootCommands_HAL(pGpu, pKernelFsp)", location="kernel_gsp_gh100.c:756",
+             gpu=None, device=None, xid=None, category="driver_assertion", monotonic=279.950429),
+    ], id="W-003 failed NV_CHECK_OK before the RmInitAdapter failure"),
 ]
 
 
@@ -442,9 +448,9 @@ def test_every_fault_line_of_the_corpus_is_understood(case: str) -> None:
 
 @pytest.mark.parametrize("case", ["W-002", "W-003", "X-018", "X-032", "X-034", "X-035", "X-042", "X-014", "X-029"])
 def test_neighbouring_nvrm_lines_give_no_event(case: str) -> None:
-    # Everything of the case but its Xid lines: GPU-at-PCI, serial, RPC history rows, register
+    # Everything of the case but its Xid (and NV_CHECK_OK) lines: GPU-at-PCI, serial, RPC history rows, register
     # dumps, CrashCat banners, RmInitAdapter failures, rate-limit notices, kernel stacks.
-    lines = [ln for ln in load_case(case) if "Xid" not in ln]
+    lines = [ln for ln in load_case(case) if "Xid" not in ln and "Check failed:" not in ln]
     assert any("NVRM" in ln for ln in lines)
     assert parse_lines(lines) == []
 

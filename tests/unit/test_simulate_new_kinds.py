@@ -247,6 +247,36 @@ def test_chained_groups_lead_their_xid(fleet: Path) -> None:
     assert pairs == {("pcie_aer", "gpu_lost_precursor", "79"): 2, ("sxid", "fatal", "74"): 2}
 
 
+@pytest.mark.parametrize("kind", sim.BEYOND_KINDS)
+def test_a_chained_xid_comes_after_all_of_its_heads_lines(kind: str) -> None:
+    """Any kind beyond the paper may lead a chain: the Xid is printed BEYOND_SPAN_US + 5-60 ms
+    after the head's first line, so every line of the head must be within BEYOND_SPAN_US of it
+    (an SXid's Severity line 5.1 ms on, an AER record's "device recovery failed" 1.05 s on)."""
+    import random
+    for seed in range(40):
+        fault = sim._Fault(10 * sim.US, kind, None, "beyond")
+        sim._beyond_group(fault, random.Random(seed), {}, 8)
+        assert max(t for t, _ in fault.lines) - fault.t <= sim.BEYOND_SPAN_US[kind]
+
+
+def test_no_xid_between_an_sxids_lines(fleet: Path) -> None:
+    """In the files, each SXid error's Data .. Severity lines come with no Xid line among them
+    (the chained Xid 74s come after their SXid's last line, as the driver prints them)."""
+    last_data: dict[str, int] = {}
+    last_xid = -1
+    checked = 0
+    for i, m in enumerate(messages(fleet)):
+        if m.startswith("NVRM: Xid "):
+            last_xid = i
+        head = re.match(r"(nvidia-nvswitch\d+: SXid \(PCI:[^)]+\): \d+), (Data|Severity)", m)
+        if head and head.group(2) == "Data":
+            last_data[head.group(1)] = i
+        elif head:
+            assert last_xid < last_data[head.group(1)], m
+            checked += 1
+    assert checked == 5 + 4  # the errors printed with their Severity line: sxid_non_fatal, sxid_fatal
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t.replace("sxid_fatal = 4", "sxid_fatal = 4\nsxid_fatl = 1"), "sxid_fatl"),
     (lambda t: t.replace("ghes_memory = 3", "ghes_memory = -1"), "not a whole number"),

@@ -131,6 +131,23 @@ def test_table5_groups_counts_and_remedies() -> None:
     assert "remap" in row["remedy"]
 
 
+def test_table5_xids_name_every_code_counted() -> None:
+    """A row's xids list the codes its count holds: the paper's first, then the others seen (Xid
+    154, which the catalog files under Other Failures; Xid 145 under NVLink Error)."""
+    df = frame(xid("2024-01-01T00:00:00Z", "a", 119), xid("2024-01-02T00:00:00Z", "a", 154),
+               xid("2024-01-03T00:00:00Z", "a", 154), xid("2024-01-04T00:00:00Z", "a", 145),
+               xid("2024-01-05T00:00:00Z", "a", 74), xid("2024-01-06T00:00:00Z", "a", 9999))
+    t5 = tables.table5_xid_groups(df)
+    got = {r["group"]: (r["xids"], r["count"]) for r in t5.to_dict("records")}
+    assert got["Other Failures"] == ("119, 154", 3)
+    assert got["NVLink Error"] == ("74, 145", 2)
+    assert got["Unknown"] == ("9999", 1)
+    assert got["Software Causes"] == ("13, 31, 43, 45", 0)  # none seen: the paper's codes only
+    # with only the paper's codes, the rows read as the paper printed them
+    only = tables.table5_xid_groups(frame(xid("2024-01-01T00:00:00Z", "a", 119)))
+    assert dict(zip(only["group"], only["xids"]))["Other Failures"] == "119"
+
+
 def test_repeat_offenders() -> None:
     rep = stats.repeat_offenders(FLEET)
     # hardware faults: n1: ecc x3 (events) + 63, 63, 94, 95, 64 + 1 cut = 9; n2: 79 + 2 cuts = 3
