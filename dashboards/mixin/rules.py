@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from nodewarden import nvml
+
 from . import promql
 from .config import Config
 from .promql import sel
@@ -51,8 +53,10 @@ PRECURSOR = "nodewarden_gpu_lost_precursor_events_total"  # {gpu, pci_bus_id, re
 RESET_EVENTS = "nodewarden_gpu_reset_required_events_total"  # {gpu, pci_bus_id, action}
 RECOVERY_ACTION = "nodewarden_gpu_recovery_action"        # {gpu, action} 1 for the current action
 # NVML's nvmlDeviceGpuRecoveryAction_t (nvml.h): the agent's `action` label names and the values
-# (the ones every driver with the field has; newer ones and `unknown` appear only while current).
-RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
+# (the ones every driver with the field has, nodewarden.nvml.RECOVERY_ACTION_LABELS; newer ones and
+# `unknown` appear only while current).
+RECOVERY_ACTIONS = {name: code for code, name in sorted(nvml.RECOVERY_ACTIONS.items())
+                    if name in nvml.RECOVERY_ACTION_LABELS}
 # Actions that need the node rebooted (NodewardenNodeRebootRequired); any other but none needs a
 # GPU reset or a drain first (NodewardenGpuResetRequired), an action this mixin does not know too.
 REBOOT_ACTIONS = "node_reboot|system_reboot"

@@ -18,7 +18,10 @@ series                                                       type     P      mea
                                                                              ``Deferred``/``Fatal``): adds N. ``controller``
                                                                              ``mc<N>``, ``dimm`` the EDAC label, ``type``
                                                                              ``corrected``/``uncorrected``/``deferred`` (AMD
-                                                                             deferred errors). Also a memory error seen without an
+                                                                             deferred errors), ``unknown`` when the record gave
+                                                                             no severity we know (a GHES/CPER record without one,
+                                                                             or ``unknown``).
+                                                                             Also a memory error seen without an
                                                                              EDAC line: a GHES/CPER memory-error section
                                                                              (``via=ghes``) or an AMD MCA decode of a UMC bank
                                                                              (``via=mca``), ``controller`` ``""`` (no memory
@@ -44,7 +47,9 @@ series                                                       type     P      mea
                                                                              firmware-first GHES ``PCIe error`` section);
                                                                              ``pci_bus_id`` the device the error is about (the
                                                                              ``PCIe Bus Error`` line's), ``severity``
-                                                                             ``corrected``/``non_fatal``/``fatal``. The kernel
+                                                                             ``corrected``/``non_fatal``/``fatal``, ``unknown``
+                                                                             when the record gave none we know (a GHES/CPER record
+                                                                             without one, or ``unknown``). The kernel
                                                                              counts every record in sysfs and rate-limits its log:
                                                                              the pcie collector's ``pcie_aer_errors_total`` (per
                                                                              error bit) is authoritative.
@@ -58,7 +63,10 @@ series                                                       type     P      mea
                                                                              recover from: ``pci_bus_id`` that GPU,
                                                                              :func:`precursor_gpu`), ``aer_no_error_detected_callback``
                                                                              (``nvidia <bdf>: AER: can't recover``: the driver has
-                                                                             no AER handler), ``aer_recovery_failed``.
+                                                                             no AER handler), ``aer_recovery_failed``: such a line
+                                                                             with no AER record (category ``gpu_lost_precursor``);
+                                                                             one that joined its record is that record's precursor.
+                                                                             One error, one precursor.
 ``gpu_reset_required_events_total{gpu,pci_bus_id,action}``   counter  yes    the driver says a GPU must be reset or the node
                                                                              rebooted: an NVRM assertion with
                                                                              ``[NV_ERR_RESET_REQUIRED]`` (``action`` ``gpu_reset``;
@@ -144,9 +152,9 @@ exports itself, a name given with two types, or a series (name and label set) gi
 logged once and dropped, so that the output never holds the same series twice.
 
 Cardinality is bounded by the hardware: GPUs x Xid codes seen, DIMMs, IB ports, event kinds,
-validator checks and their measurements. Per node, for the kernel-log fault kinds of issue 11:
-SXid, NVSwitches (4 on an HGX H100/H200 board) x SXid codes seen x 3 severities (one in practice:
-a code has one severity); AER logged, PCI functions that reported an error x 3 severities
+validator checks and their measurements. Per node, for the kernel-log kinds of NVSwitch, PCIe and
+reset faults: SXid, NVSwitches (4 on an HGX H100/H200 board) x SXid codes seen x 3 severities (one
+in practice: a code has one severity); AER logged, PCI functions that reported an error x 3 severities
 (root ports and endpoints: a few dozen on an 8-GPU node); AER recovery, those functions x 4
 outcomes (+ ``other``); GPU-lost precursors and reset-required, GPUs x 4 reasons / x 5 actions
 (+ ``unknown``), plus one ``gpu=""``/``pci_bus_id=""`` series for reset-required lines that
@@ -172,8 +180,10 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from nodewarden import __version__
 from nodewarden import events as ev
+from nodewarden.catalog import sxid as sxid_catalog
 from nodewarden.collectors.base import COUNTER, GAUGE, Sample
 from nodewarden.events import FaultEvent
+from nodewarden.parsing import aer
 from nodewarden.parsing import xid as xid_parser
 
 log = logging.getLogger(__name__)
@@ -346,7 +356,7 @@ def increments(event: FaultEvent, gpu_of: Callable[[str | None], str], collector
         if action is not None and action != "none":
             out.append((GPU_RESET_REQUIRED, (gpu, pci, action), 1.0))
     elif kind == ev.CPU_ECC and ("mc" in a or a.get("via") in ("ghes", "mca")):
-        typ = _one_of(a.get("type"), ECC_TYPES, "corrected")
+        typ = _one_of(a.get("type"), ECC_TYPES, "unknown")
         mc = a.get("mc")
         controller = f"mc{mc}" if mc is not None and mc != "" else ""  # ghes/mca without an EDAC line: none
         out.append((EDAC_LOGGED, (controller, str(a.get("label") or ""), typ), _count(a.get("count"))))
@@ -384,31 +394,31 @@ def increments(event: FaultEvent, gpu_of: Callable[[str | None], str], collector
     return out
 
 
-# Label value sets of the kernel-log series (the event shapes of nodewarden.events' kinds).
+# Label value sets of the kernel-log series (the event shapes of nodewarden.events' kinds; a value
+# outside its set becomes ``unknown``, ``other`` for an outcome).
 ECC_TYPES = ("corrected", "uncorrected", "deferred")
-SXID_SEVERITIES = ("fatal", "non_fatal", "unknown")
-AER_SEVERITIES = ("corrected", "non_fatal", "fatal")
-AER_OUTCOMES = ("no_error_detected_callback", "recovery_failed", "recovered", "link_reset")
-PRECURSOR = "gpu_lost_precursor"  # the category of an AER event that precedes a lost GPU
+SXID_SEVERITIES = sxid_catalog.SEVERITIES
+AER_SEVERITIES = aer.EVENT_SEVERITIES
+AER_OUTCOMES = aer.OUTCOMES
+PRECURSOR = aer.PRECURSOR  # the category of an AER event that precedes a lost GPU
 PRECURSOR_OUTCOMES = {"no_error_detected_callback": "aer_no_error_detected_callback",
                       "recovery_failed": "aer_recovery_failed"}
-# The driver's and NVML's recovery-action numbers (the values Xid 154 prints, "to 0x4 (Drain and
-# Reset)"): the fallback when an event carries the number only.
-RECOVERY_ACTIONS = xid_parser.RECOVERY_ACTIONS
 _ACTION_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 
 
 def recovery_action(attrs: Mapping[str, Any], key: str = "recovery_action") -> str | None:
     """The recovery action an event names: ``attrs[key]`` when it is a snake_case name (the
     parser's decoded ``to`` action of an Xid 154, the ``action`` of a ``gpu_reset_required``
-    event), else the name of the number in ``recovery_to`` (``unknown`` for a number NVML's
-    table lacks); None when there is neither."""
+    event), else the parser's decoding (:func:`nodewarden.parsing.xid.recovery_action`) of the
+    number in ``recovery_to`` or of the name printed for it (``recovery_to_name``): ``unknown``
+    for one the driver's and NVML's table lacks; None when there is none of these."""
     name = attrs.get(key)
     if isinstance(name, str) and _ACTION_NAME.match(name):
         return name
-    to = attrs.get("recovery_to")
-    if _is_int(to):
-        return RECOVERY_ACTIONS.get(to, "unknown")
+    to, to_name = attrs.get("recovery_to"), attrs.get("recovery_to_name")
+    if _is_int(to) or isinstance(to_name, str):
+        return xid_parser.recovery_action(to if _is_int(to) else None,
+                                          to_name if isinstance(to_name, str) else None)
     return "unknown" if name is not None else None
 
 
@@ -419,7 +429,7 @@ def precursor_gpu(event: FaultEvent, gpu_of: Callable[[str | None], str]) -> str
     (a device minor in procfs), else the first of them, else the device itself."""
     a = event.attrs
     pci = event.device or event.pci_bus_id or ""
-    if a.get("driver") == "nvidia" or a.get("vendor_id") == 0x10DE:
+    if aer.is_precursor(a.get("severity"), a.get("driver"), a.get("vendor_id")):  # the error is the GPU's own
         return pci
     affected = [str(d) for d in (a.get("affected_devices") or ()) if d]
     for d in affected:

@@ -144,8 +144,9 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
               "Beyond the paper - monthly PCIe AER records, NVSwitch SXids, reset-required GPUs and GPU-lost "
               "precursors", beyond, beyond,
               note=tables.WHERE_THE_NEW_KINDS_GO + " In this table: gpu_lost_precursor: uncorrected AER records "
-                   "on an NVIDIA function, and NVIDIA functions the AER driver could not recover without such a "
-                   "record; they are also in the pcie_aer columns. gpu_reset_required: NVRM NV_ERR_RESET_REQUIRED "
+                   "on an NVIDIA function (or one the nvidia driver could not recover from), and NVIDIA functions "
+                   "the AER driver could not recover with no uncorrected AER record beside them; the records are "
+                   "also in the pcie_aer columns. gpu_reset_required: NVRM NV_ERR_RESET_REQUIRED "
                    "assertions, NVML reset-required reports and Xid 154 changes to an action other than none "
                    "(see gpu_reset_required)."),
         Table("pcie_aer_by_severity", "PCIe AER records by severity", aer_sev, aer_sev),

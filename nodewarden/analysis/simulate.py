@@ -21,8 +21,9 @@ The rates come from a TOML file (``fleet_default.toml``: the Fire-Flyer 2 paper'
 and VIII; see its comments). The schedule is drawn over the file's whole span and then cut to the
 requested window, so a window returns exactly the part of the tables that falls inside it.
 
-Kinds beyond the paper (issue 11) are off unless the rates file's ``[beyond_paper]`` table gives
-them a count over the span (:data:`BEYOND_KINDS`; an Xid 154 is a ``[xid_year]`` "154" count).
+Kinds beyond the paper (NVSwitch SXid, PCIe AER, reset-required GPUs, AMD MCA and GHES memory
+errors) are off unless the rates file's ``[beyond_paper]`` table gives them a count over the span
+(:data:`BEYOND_KINDS`; an Xid 154 is a ``[xid_year]`` "154" count).
 Each fault is a group of lines in the driver's or kernel's own format (the shapes of the real
 cases S-001, S-101, P-101, W-101, X-040, E-101 and of the kernel's format strings), parsed by the
 real parsers: one ground-truth row per event the group must give (an AER group: its record and
@@ -106,7 +107,7 @@ EDAC_CE = ("EDAC MC{mc}: 1 CE memory read error on CPU_SrcID#{s}_Ha#0_Chan#{c}_D
            "page:0x{page:x} offset:0x{off:x} grain:32 syndrome:0x0 -  area:DRAM err_code:0001:009{c} socket:{s} "
            "ha:0 channel_mask:{mask} rank:{rank})")
 
-# ---- kinds beyond the paper (issue 11): line shapes ------------------------------------------
+# ---- kinds beyond the paper: line shapes ---------------------------------------------------
 
 # [beyond_paper] keys, in the order they are drawn (a count each over the rates file's span).
 BEYOND_KINDS = ("sxid_non_fatal", "sxid_fatal", "sxid_data_only", "pcie_aer_corrected", "pcie_aer_non_fatal",
@@ -791,7 +792,8 @@ def _beyond_group(fault: _Fault, rng: random.Random, base: dict[str, Any], gpus:
                   (t0 + 3_606, AER_CANT_RECOVER.format(drv="nvidia", dev=gpu))]
         row(t0, "pcie_aer", port, severity="fatal", category="gpu_lost_precursor", first_error="CmpltTO",
             errors="SDES CmpltTO", affected_devices=gpu + (f" 0000:{bus}:00.1" if audio else ""))
-        row(t0 + 3_606, "pcie_aer_recovery", gpu, category="gpu_lost_precursor")
+        # the line joins its record (the record is the precursor): its category is its outcome
+        row(t0 + 3_606, "pcie_aer_recovery", gpu, category="no_error_detected_callback")
         if audio:
             lines.append((t0 + 3_608, AER_CANT_RECOVER.format(drv="snd_hda_intel", dev=f"0000:{bus}:00.1")))
             row(t0 + 3_608, "pcie_aer_recovery", f"0000:{bus}:00.1", category="no_error_detected_callback")

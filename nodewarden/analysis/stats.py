@@ -29,7 +29,9 @@ AER recovery lines
     ``recovery_failed`` line (category ``gpu_lost_precursor``) with no AER record other than a
     corrected one (a corrected error starts no recovery) on its host within
     :data:`tables.PRECURSOR_SAME_RECORD_S` (5 s) stands for the record the log lacks: a hardware
-    fault labelled ``pcie_aer_recovery:gpu_lost_precursor``.
+    fault labelled ``pcie_aer_recovery:gpu_lost_precursor`` (:func:`tables.lost_aer_records`,
+    the selector of the precursor tables too; a line that joined its record has its outcome as
+    category and is that record's).
 MTBF
     mean time between failures of one category. Observation window W = ``until - since`` when
     both are given, else first..last time of any event in the frame, link up/down lines included
@@ -92,17 +94,6 @@ def label_of(kind: str, xid, category, severity=None) -> str:
     return kind
 
 
-def lost_records(df: pd.DataFrame) -> list:
-    """Index labels of the frame's lost AER records (module docstring): NVIDIA
-    ``pcie_aer_recovery`` lines of category ``gpu_lost_precursor`` with no ``pcie_aer`` record
-    other than a corrected one on their host within 5 s."""
-    rec = df[(df["kind"] == ev.PCIE_AER_RECOVERY) & (df["category"] == tables.GPU_LOST_PRECURSOR)]
-    if not len(rec):
-        return []
-    records = df[(df["kind"] == ev.PCIE_AER) & (df["severity"] != "corrected")]
-    return tables.recoveries_without_record(rec, records)
-
-
 def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFrame:
     """The frame's faults with IB link down/up pairs replaced by the flash cuts they make (and
     journal cuts counted once) and AER recovery lines left out but for lost records (module
@@ -110,9 +101,9 @@ def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFr
     equal times in the frame's order (the order the logs printed them)."""
     if cuts is None:
         cuts = tables.flash_cuts(df)
-    if not df.index.is_unique:  # lost_records names rows by index label
+    if not df.index.is_unique:  # lost_aer_records names rows by index label
         df = df.reset_index(drop=True)
-    lost = df.index.isin(lost_records(df))
+    lost = df.index.isin(tables.lost_aer_records(df))
     f = df[~df["kind"].isin(NOT_FAULTS) & ((df["kind"] != ev.PCIE_AER_RECOVERY) | lost)].copy()
     if len(cuts):
         c = pd.DataFrame({"time": cuts["time"], "host": cuts["host"], "kind": ev.IB_FLASH_CUT,
@@ -124,22 +115,24 @@ def fault_frame(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFr
     return f.sort_values("time", kind="stable").reset_index(drop=True)
 
 
-def category_of(kind: str, xid, category=None, severity=None) -> str:
-    """The MTBF category: the Xid's Table V group for Xids, the label for the labelled kinds
-    (``sxid:fatal``, ``pcie_aer:corrected``, ``pcie_aer_recovery:gpu_lost_precursor``), the kind
-    otherwise."""
+def category_of(kind: str, xid, label: str) -> str:
+    """The MTBF category: the Xid's Table V group for Xids, the label (the fault frame's
+    ``label`` column, :func:`label_of`) for the labelled kinds (``sxid:fatal``,
+    ``pcie_aer:corrected``, ``pcie_aer_recovery:gpu_lost_precursor``), the kind otherwise."""
     if kind == ev.XID and not pd.isna(xid):
         return catalog.group_of(int(xid))
     if kind in LABELLED_KINDS:
-        return label_of(kind, xid, category, severity)
+        return label
     return kind
 
 
 def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.Series:
+    """Which rows of the fault frame ``f`` (:func:`fault_frame`, with its ``label`` column) are
+    hardware faults (module docstring): a bool Series on ``f``'s index."""
     pol = policy or catalog.load_policy()
     hw = {}
 
-    def is_hw(k: str, x, c, s) -> bool:
+    def is_hw(k: str, x, label: str) -> bool:
         if k == ev.XID:
             if pd.isna(x):
                 return False
@@ -148,10 +141,10 @@ def hardware_mask(f: pd.DataFrame, policy: catalog.Policy | None = None) -> pd.S
                 hw[x] = pol.is_hardware(x)
             return hw[x]
         if k in LABELLED_KINDS:
-            return label_of(k, x, c, s) in HARDWARE_LABELS
+            return label in HARDWARE_LABELS
         return k in HARDWARE_KINDS
 
-    return pd.Series([is_hw(k, x, c, s) for k, x, c, s in zip(f["kind"], f["xid"], f["category"], f["severity"])],
+    return pd.Series([is_hw(k, x, lab) for k, x, lab in zip(f["kind"], f["xid"], f["label"])],
                      index=f.index, dtype=bool)
 
 
@@ -200,7 +193,7 @@ def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime 
     lo, hi = observation_window(df, since, until)
     hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
     n = nodes if nodes is not None else int(df["host"].dropna().nunique())
-    cats = pd.Series([category_of(k, x, c, s) for k, x, c, s in zip(f["kind"], f["xid"], f["category"], f["severity"])],
+    cats = pd.Series([category_of(k, x, lab) for k, x, lab in zip(f["kind"], f["xid"], f["label"])],
                      index=f.index, dtype=object)
     counts = cats.value_counts()
     order = [g for g in catalog.GROUPS if g in counts] + sorted(c for c in counts.index if c not in catalog.GROUPS)

@@ -17,7 +17,8 @@ and ``ib_flash_cut`` events of agent journals. A journal cut of the same host an
 ``skew`` seconds of a log-derived cut is the same cut and counts once. Longer drops are outages
 (``ib_link_outages``), listed with their durations.
 
-Beyond the paper (issue 11). Where the new kinds go (:data:`WHERE_THE_NEW_KINDS_GO`):
+Beyond the paper (NVSwitch SXid, PCIe AER, reset-required GPUs, AMD MCA and GHES memory errors).
+Where the new kinds go (:data:`WHERE_THE_NEW_KINDS_GO`):
 NVSwitch SXids, PCIe AER records and recovery lines, ``gpu_reset_required`` reports and
 driver assertions are in none of Tables V-VIII; an Xid 154 is an Xid, counted in Tables V and
 VI like any other (Table V names it in its row's ``xids``); AMD MCA and GHES memory errors are
@@ -47,7 +48,9 @@ import pandas as pd
 
 from nodewarden import catalog
 from nodewarden import events as ev
+from nodewarden import nvml
 from nodewarden.events import XID, FaultEvent
+from nodewarden.parsing import aer
 
 EVENT_COLUMNS = ("time", "host", "kind", "xid", "category", "device", "pci_bus_id", "source", "count",
                  "sxid", "severity", "switch", "action", "first_error", "duration_s", "errors", "affected_devices")
@@ -460,7 +463,7 @@ def flash_cut_discrepancies(t7: pd.DataFrame, t8: pd.DataFrame, label7: str = "T
 
 # ---- beyond the paper: SXid, PCIe AER, reset-required GPUs -----------------------------------
 
-# Where the kinds of issue 11 are counted (the report's note under the tables beyond the paper).
+# Where the kinds beyond the paper are counted (the report's note under the tables beyond the paper).
 WHERE_THE_NEW_KINDS_GO = (
     "Where the new kinds go. In none of Tables V-VIII, only in the tables beyond the paper: NVSwitch SXids, "
     "PCIe AER records and their recovery lines, gpu_reset_required reports (NVRM NV_ERR_RESET_REQUIRED "
@@ -482,14 +485,14 @@ GPU_RESET_REQUIRED_COLUMNS = ("host", "pci_bus_id", "action", "source", "count",
 RESET_ASSERTION, RESET_XID154, RESET_NVML = "assertion", "xid154", "nvml"
 BEYOND_PAPER_COLUMNS = ("month", "pcie_aer_fatal", "pcie_aer_non_fatal", "pcie_aer_corrected", "sxid_fatal",
                         "sxid_non_fatal", "gpu_reset_required", "gpu_lost_precursor")
-GPU_LOST_PRECURSOR = "gpu_lost_precursor"  # the category parsers give a fatal AER on a GPU
-AER_SEVERITIES = ("fatal", "non_fatal", "corrected")  # the order of the AER tables
-NO_ACTION = "none"  # a recovery action that asks for nothing (Xid 154 "to 0x0 (None)")
+GPU_LOST_PRECURSOR = aer.PRECURSOR  # the category parsers give a fatal AER on a GPU
+AER_SEVERITIES = tuple(reversed(aer.EVENT_SEVERITIES))  # the order of the AER tables: fatal first
+NO_ACTION = nvml.RECOVERY_NONE  # a recovery action that asks for nothing (Xid 154 "to 0x0 (None)")
 # Reports of the same host, GPU and action from different evidence (an Xid 154 in the kernel log
 # and NVML's recovery action in an agent journal) this close together are one report.
 RESET_SAME_REPORT_S = 60.0
-# A pcie_aer_recovery "can't recover" for an NVIDIA function this close to a precursor AER record
-# on the same host is that record's recovery (the parser folds it so), not another precursor.
+# A pcie_aer_recovery "can't recover" for an NVIDIA function this close to an uncorrected AER
+# record on the same host is that record's recovery, not another precursor (lost_aer_records).
 PRECURSOR_SAME_RECORD_S = 5.0
 
 
@@ -645,17 +648,29 @@ def gpu_reset_required(df: pd.DataFrame) -> pd.DataFrame:
 
 def gpu_lost_precursors(df: pd.DataFrame) -> pd.DataFrame:
     """GPU-lost precursors, one row each: every ``pcie_aer`` record of category
-    ``gpu_lost_precursor`` (a fatal or non-fatal uncorrected AER on an NVIDIA function), and
-    every ``pcie_aer_recovery`` of that category (the AER driver could not recover an NVIDIA
-    function) that is not within :data:`PRECURSOR_SAME_RECORD_S` of such a record on its host
-    (the recovery of a record already counted; one left alone is a precursor whose record the
-    log lacks). Untimed recoveries are kept only when their host has no untimed precursor
-    record."""
-    pre = df[df["category"] == GPU_LOST_PRECURSOR]
-    records = pre[pre["kind"] == ev.PCIE_AER]
-    rec = pre[pre["kind"] == ev.PCIE_AER_RECOVERY]
-    keep = recoveries_without_record(rec, records)
-    return pd.concat([records, rec.loc[keep]]).sort_values("time", kind="stable", na_position="last")
+    ``gpu_lost_precursor`` (a fatal or non-fatal uncorrected AER on an NVIDIA function, or one
+    the nvidia driver could not recover from), and every lost AER record
+    (:func:`lost_aer_records`: an NVIDIA function's recovery line that no record took). One
+    error, one row."""
+    records = df[(df["kind"] == ev.PCIE_AER) & (df["category"] == GPU_LOST_PRECURSOR)]
+    lost = df.loc[lost_aer_records(df)]
+    return pd.concat([records, lost]).sort_values("time", kind="stable", na_position="last")
+
+
+def lost_aer_records(df: pd.DataFrame) -> list:
+    """Index labels of the frame's *lost AER records*: ``pcie_aer_recovery`` events of category
+    ``gpu_lost_precursor`` (an NVIDIA function's ``can't recover (no error_detected callback)``
+    or ``device recovery failed`` that joined no AER record: the parser gives a line that joined
+    its record the outcome as category) with no ``pcie_aer`` record other than a corrected one
+    (a corrected error starts no recovery) on their host within :data:`PRECURSOR_SAME_RECORD_S`
+    (:func:`recoveries_without_record`). Each stands for the record the log lacks. The one
+    selector of the precursor tables and of the fault frame
+    (:func:`nodewarden.analysis.stats.fault_frame`)."""
+    rec = df[(df["kind"] == ev.PCIE_AER_RECOVERY) & (df["category"] == GPU_LOST_PRECURSOR)]
+    if not len(rec):
+        return []
+    records = df[(df["kind"] == ev.PCIE_AER) & (df["severity"] != "corrected")]
+    return recoveries_without_record(rec, records)
 
 
 def recoveries_without_record(recoveries: pd.DataFrame, records: pd.DataFrame,

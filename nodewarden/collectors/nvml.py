@@ -81,7 +81,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import (GPU_ECC, GPU_LOST, GPU_RECOVERY_ACTION, GPU_RESET_REQUIRED, ROW_REMAP, TIME_WALL,
                                FaultEvent)
-from nodewarden.nvml import (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, RECOVERY_ACTION_LABELS, RECOVERY_ACTIONS,
+from nodewarden.nvml import (NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NOT_SUPPORTED,
+                             NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, RECOVERY_ACTION_LABELS, RECOVERY_ACTIONS,
                              RECOVERY_NONE, driver_lacks_field, read_recovery_action, recovery_action_name,
                              return_name)
 from nodewarden.parsing.pci import normalize_pci
@@ -91,13 +92,11 @@ log = logging.getLogger(__name__)
 NAME = "nvml"
 SOURCE = "nvml"
 
-# nvmlReturn_t values (nvml.h) the collector acts on.
+# nvmlReturn_t values (nvml.h) the collector acts on, besides those nodewarden.nvml names
+# (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_GPU_IS_LOST).
 NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-NVML_ERROR_GPU_IS_LOST = 15
 _NO_DRIVER = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND)
 
 # nvmlMemoryErrorType_t x nvmlEccCounterType_t, with our label values.

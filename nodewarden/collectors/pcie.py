@@ -40,6 +40,7 @@ from pathlib import Path
 
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
 from nodewarden.events import PCIE_AER, FaultEvent
+from nodewarden.parsing import aer
 from nodewarden.parsing.aer import LONG_NAMES  # the kernel's long error names (4.19-5.x) -> short ones
 from nodewarden.parsing.pci import normalize_pci
 from nodewarden.validator.checks.links import MELLANOX, NVIDIA, listdir, pcie_generation, pcie_width
@@ -63,13 +64,18 @@ TOTAL_LINE = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", 
 
 # ---- pure ------------------------------------------------------------------------------------
 
-def parse_aer(text: str) -> tuple[dict[str, int], int]:
-    """An ``aer_dev_*`` file -> ({error: count} without the TOTAL_* line, bad lines).
+def parse_aer(text: str, severity: str | None = None) -> tuple[dict[str, int], int, int | None]:
+    """An ``aer_dev_*`` file -> ({error: count} without the TOTAL_* line, bad lines, records).
 
-    ``RxErr 0\\nBadTLP 3\\n...TOTAL_ERR_COR 3`` -> {"RxErr": 0, "BadTLP": 3, ...}; long names
-    (``Bad TLP 3``) become short ones (``BadTLP``)."""
+    ``RxErr 0\\nBadTLP 3\\n...TOTAL_ERR_COR 3`` -> ({"RxErr": 0, "BadTLP": 3, ...}, 0, 3); long
+    names (``Bad TLP 3``) become short ones (``BadTLP``). ``records``: the count of the file's
+    ``TOTAL_ERR_COR`` / ``TOTAL_ERR_FATAL`` / ``TOTAL_ERR_NONFATAL`` line (the one of
+    ``severity`` ``correctable``/``fatal``/``nonfatal`` when given, else any ``TOTAL_ERR_*``
+    line; the first one), None when there is no such line or it is not a count."""
+    want = TOTAL_LINE[severity] if severity is not None else None
     out: dict[str, int] = {}
     bad = 0
+    total: int | None = None
     for line in text.splitlines():
         line = line.strip()
         if not line:
@@ -80,22 +86,12 @@ def parse_aer(text: str) -> tuple[dict[str, int], int]:
             continue
         name = m.group("name")
         if name.startswith("TOTAL_"):
+            if total is None and (name == want if want is not None else name.startswith("TOTAL_ERR_")):
+                total = int(m.group("count"))
             continue
         name = LONG_NAMES.get(name, name)
         out[name] = out.get(name, 0) + int(m.group("count"))
-    return out, bad
-
-
-def parse_aer_total(text: str, severity: str) -> int | None:
-    """The record count of an ``aer_dev_*`` file: its ``TOTAL_ERR_COR`` / ``TOTAL_ERR_FATAL`` /
-    ``TOTAL_ERR_NONFATAL`` line (``severity`` ``correctable``/``fatal``/``nonfatal``), None when
-    the line is not there or not a count."""
-    want = TOTAL_LINE[severity]
-    for line in text.splitlines():
-        m = _LINE.match(line.strip())
-        if m and m.group("name") == want:
-            return int(m.group("count"))
-    return None
+    return out, bad, total
 
 
 def aer_rise(before: tuple[int | None, dict[str, int]] | None, now: tuple[int | None, dict[str, int]]
@@ -184,7 +180,7 @@ class PcieCollector:
         sev = EVENT_SEVERITY[severity]
         # An uncorrected error on an NVIDIA function precedes a GPU falling off the bus (the
         # nvidia driver has no AER recovery callbacks), as for the kernel-log pcie_aer events.
-        category = "gpu_lost_precursor" if vendor == NVIDIA and sev != "corrected" else sev
+        category = aer.PRECURSOR if aer.is_precursor(sev, None, vendor) else sev
         names = ", ".join(f"{k} +{v}" for k, v in sorted(bits.items())) or "no error bit"
         snap.events.append(FaultEvent(
             kind=PCIE_AER, source="sysfs", device=pci, category=category,
@@ -215,10 +211,10 @@ class PcieCollector:
                 if (pci, severity) in self._aer:  # unreadable this once: the last reading stays the baseline
                     self._seen[(pci, severity)] = self._aer[(pci, severity)]
                 continue  # no AER capability, or a kernel before 4.19
-            counts, bad = parse_aer(text)
+            counts, bad, total = parse_aer(text, severity)
             if bad:
                 r.unreadable += 1  # a line that is not '<error> <count>'
-            self._aer_event(snap, pci, severity, vendor, device, (parse_aer_total(text, severity), counts))
+            self._aer_event(snap, pci, severity, vendor, device, (total, counts))
             for error, value in counts.items():
                 snap.add("nodewarden_pcie_aer_errors_total", bus + (("severity", severity), ("error", error)),
                          value, COUNTER, HELP["nodewarden_pcie_aer_errors_total"])

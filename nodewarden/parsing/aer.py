@@ -79,6 +79,8 @@ SEVERITIES = {
     "Uncorrected (Non-Fatal)": "non_fatal", "Uncorrectable (Non-Fatal)": "non_fatal",
     "Uncorrected (Fatal)": "fatal", "Uncorrectable (Fatal)": "fatal",
 }
+EVENT_SEVERITIES = ("corrected", "non_fatal", "fatal")  # the event's ``severity`` values, mildest first
+UNCORRECTED = EVENT_SEVERITIES[1:]
 OUTCOMES = ("no_error_detected_callback", "recovery_failed", "recovered", "link_reset")
 PRECURSOR = "gpu_lost_precursor"
 NVIDIA_VENDOR = 0x10DE
@@ -258,7 +260,8 @@ def finish(attrs: dict[str, Any], nvidia_cant_recover: bool = False) -> str:
     ``aer_uncor_severity`` line makes it uncorrectable, fatal when an unmasked status bit is set
     in that Uncorrectable Error Severity register, else it is correctable. An uncorrected error
     on an NVIDIA function (driver ``nvidia``, vendor 0x10de) or one the NVIDIA driver could not
-    recover from is a ``gpu_lost_precursor``; else the category is the severity.
+    recover from (``nvidia_cant_recover``) is a ``gpu_lost_precursor`` (:func:`is_precursor`);
+    else the category is the severity.
     """
     if attrs.get("severity") is None:
         sev_reg = attrs.get("uncor_severity")
@@ -272,15 +275,37 @@ def finish(attrs: dict[str, Any], nvidia_cant_recover: bool = False) -> str:
     first = [e["name"] for e in attrs["errors"] if e["first"]]
     attrs["first_error"] = first[0] if first else None
     sev = attrs["severity"]
-    if sev != "corrected" and (nvidia_cant_recover or attrs.get("driver") == "nvidia"
-                               or attrs.get("vendor_id") == NVIDIA_VENDOR):
+    if is_precursor(sev, attrs.get("driver"), attrs.get("vendor_id"), nvidia_cant_recover):
         return PRECURSOR
     return sev
 
 
-def recovery_category(f: dict[str, Any]) -> str:
-    """A ``pcie_aer_recovery`` event's category: ``gpu_lost_precursor`` when the NVIDIA driver
-    could not recover (no error_detected callback) or its recovery failed, else the outcome."""
-    if f["driver"] == "nvidia" and f["outcome"] in ("no_error_detected_callback", "recovery_failed"):
+def is_precursor(severity: str | None, driver: str | None, vendor_id: int | None,
+                 nvidia_cant_recover: bool = False) -> bool:
+    """Is an AER error record a GPU-lost precursor? ``severity``: the record's (``corrected``,
+    ``non_fatal``, ``fatal``; anything else, ``unknown`` or None, is no known uncorrected error);
+    ``driver``: the dev_printk prefix word of the device the error is about (None when not
+    printed); ``vendor_id``: its PCI vendor (int, None when not printed); ``nvidia_cant_recover``:
+    an ``nvidia`` function printed ``can't recover (no error_detected callback)`` (or ``device
+    recovery failed``) for the record: a recovery line :func:`recovery_category` would call a
+    precursor alone.
+
+    True for an uncorrected error (``non_fatal`` or ``fatal``) on an NVIDIA function (driver
+    ``nvidia`` or vendor :data:`NVIDIA_VENDOR`, 0x10de) or one the nvidia driver could not recover
+    from: the driver registers no AER error_detected callback (drivers/pci/pcie/err.c
+    ``report_error_detected``), so the GPU is left unrecovered. Pure; never raises."""
+    return severity in UNCORRECTED and (nvidia_cant_recover or driver == "nvidia" or vendor_id == NVIDIA_VENDOR)
+
+
+def recovery_category(f: dict[str, Any], in_record: bool = False) -> str:
+    """A ``pcie_aer_recovery`` event's category (``f``: :func:`parse_line`'s ``recovery`` fields).
+
+    A line that joined an AER record (``in_record``) has its ``outcome``: the record carries the
+    precursor (:func:`finish`), so one error is one precursor. A line with no record (its record
+    not in the log, or printed before it) is ``gpu_lost_precursor`` when the NVIDIA driver could
+    not recover (``no_error_detected_callback``) or its recovery failed (``recovery_failed``),
+    else its outcome."""
+    if (not in_record and f["driver"] == "nvidia"
+            and f["outcome"] in ("no_error_detected_callback", "recovery_failed")):
         return PRECURSOR
     return f["outcome"]

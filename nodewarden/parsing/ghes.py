@@ -71,7 +71,9 @@ _INTS = {"source_id": 10, "section": 10, "error_status": 16, "physical_address":
          "aer_cor_status": 16, "aer_cor_mask": 16, "aer_uncor_status": 16, "aer_uncor_mask": 16,
          "aer_uncor_severity": 16, "aer_status": 16, "aer_mask": 16}
 # CPER severity (cper_severity_str) -> a memory error's type, and (cper_severity_to_aer in
-# drivers/pci/pcie/aer.c) a PCIe error's AER severity.
+# drivers/pci/pcie/aer.c) a PCIe error's AER severity. A severity not in these tables (none
+# printed, or "unknown") is the event's ``unknown``: the kernel's recovery treats it as correctable
+# (cper_severity_to_aer's default), but the record did not say so.
 MEMORY_TYPE = {"corrected": "corrected", "recoverable": "uncorrected", "fatal": "uncorrected", "info": "corrected"}
 AER_SEVERITY = {"corrected": "corrected", "recoverable": "non_fatal", "fatal": "fatal", "info": "corrected"}
 
@@ -111,9 +113,13 @@ def parse_line(message: str) -> tuple[int, str, dict[str, Any]] | None:
     return seq, "other", {"text": body[:200]}
 
 
+# One "name:value" of a memory section's location line (cper_mem_err_location: "node:0 card:1 ...").
+_LOCATION_FIELD = re.compile(r"(\w+): ?(0x[0-9a-fA-F]+|-?[0-9]+)")
+
+
 def _location(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
-    for k, v in re.findall(r"(\w+): ?(0x[0-9a-fA-F]+|-?[0-9]+)", text):
+    for k, v in _LOCATION_FIELD.findall(text):
         out[k] = int(v, 16) if v.startswith("0x") else int(v)
     return out
 
@@ -134,6 +140,13 @@ class GhesRecord:
         self.sections: list[dict[str, Any]] = []
 
     def add(self, kind: str, f: dict[str, Any]) -> None:
+        """Fold one line of the record (``kind``, ``f``: :func:`parse_line`'s kind and fields) in
+        place; returns None. ``header`` sets :attr:`has_header` and :attr:`source_id`;
+        ``event_severity`` (and ``corrected_note``, when no severity came first) the record's
+        :attr:`severity`; ``section`` (``Error N, type: S``) starts a section, as does a
+        ``section_type`` line after a section that has one; any other kind but ``other`` (text
+        not understood, dropped) updates the last section's fields (starting section 0 when none
+        is open). Never raises on :func:`parse_line`'s output."""
         if kind == "header":
             self.has_header, self.source_id = True, f["source_id"]
         elif kind == "event_severity":
@@ -156,13 +169,16 @@ def section_events(rec: GhesRecord) -> list[tuple[str, int, dict[str, Any]]]:
     """The event fields of a record's memory and PCIe sections: ``[(kind, section index, attrs)]``
     with kind ``cpu_ecc`` or ``pcie_aer``.
 
-    A memory section: ``type`` (from the CPER severity: ``corrected``; ``recoverable``/``fatal``
-    -> ``uncorrected``), ``ghes_severity`` as printed, ``count`` 1, ``via="ghes"``,
+    A memory section: ``type`` (from the CPER severity: ``corrected``/``info`` -> ``corrected``;
+    ``recoverable``/``fatal`` -> ``uncorrected``; ``unknown`` when the section and the record
+    print none or ``unknown``: a severity the machine did not give is not guessed),
+    ``ghes_severity`` as printed (``unknown`` when none), ``count`` 1, ``via="ghes"``,
     ``physical_address`` (= ``address``), ``physical_address_mask``, ``location`` (node, card,
     module, rank, bank, row, column... ints), ``error_type`` / ``error_type_text`` (``2``,
     ``single-bit ECC``), ``error_status``, ``label`` (the ``DIMM location`` text or None).
     A PCIe section: the ``pcie_aer`` attrs of :func:`nodewarden.parsing.aer.new_record` with
-    ``via="ghes"``: ``severity`` (``recoverable`` -> ``non_fatal``), ``severity_text`` the CPER
+    ``via="ghes"``: ``severity`` (``recoverable`` -> ``non_fatal``, ``fatal``, ``corrected``/``info``
+    -> ``corrected``, else ``unknown`` as for a memory section), ``severity_text`` the CPER
     word, ``pci_bus_id`` from ``device_id``, ``vendor_id``/``device_id``, ``status``/``mask`` from
     ``aer_uncor_status`` (or ``aer_cor_status``), ``uncor_severity``, ``port_type``...
     Both carry ``ghes_source`` (the error source id) and ``ghes_record`` (``{N}``).
@@ -173,7 +189,7 @@ def section_events(rec: GhesRecord) -> list[tuple[str, int, dict[str, Any]]]:
         stype = s.get("section_type", "")
         common = {"ghes_severity": sev, "ghes_source": rec.source_id, "ghes_record": rec.seq}
         if stype == "memory error":
-            attrs: dict[str, Any] = {"type": MEMORY_TYPE.get(sev, "corrected"), "count": 1, "via": "ghes", **common}
+            attrs: dict[str, Any] = {"type": MEMORY_TYPE.get(sev, "unknown"), "count": 1, "via": "ghes", **common}
             for k in ("physical_address", "physical_address_mask", "location", "error_type", "error_type_text",
                       "error_status", "error_status_text"):
                 if k in s:
@@ -183,7 +199,7 @@ def section_events(rec: GhesRecord) -> list[tuple[str, int, dict[str, Any]]]:
             out.append(("cpu_ecc", i, attrs))
         elif stype == "PCIe error":
             attrs = aer.new_record(None, None, via="ghes")
-            attrs.update(severity=AER_SEVERITY.get(sev, "corrected"), severity_text=sev,
+            attrs.update(severity=AER_SEVERITY.get(sev, "unknown"), severity_text=sev,
                          pci_bus_id=s.get("pci_bus_id"), **common)
             for k in ("vendor_id", "device_id", "port_type", "port_type_text", "class_code", "tlp_header"):
                 if k in s:

@@ -52,9 +52,7 @@ from typing import Any, Iterable, Iterator
 
 from nodewarden import events as ev
 from nodewarden.events import FaultEvent
-from nodewarden.parsing import edac, ib, mce, xid
-from nodewarden.parsing import aer, ghes
-from nodewarden.parsing import sxid
+from nodewarden.parsing import aer, edac, ghes, ib, mce, sxid, xid
 from nodewarden.parsing.envelope import Record, TimeContext, parse_line
 from nodewarden.parsing.lines import LINE_END_RE, TRIGGERS, driver_message, split_lines
 
@@ -104,7 +102,7 @@ class _AerGroup:
     keys: list[tuple[str | None, str]] = dataclasses.field(default_factory=list)
     uncorrected: bool = False
     affected: list[str] = dataclasses.field(default_factory=list)  # functions that could not recover
-    nvidia: bool = False  # one of them is the NVIDIA driver's
+    nvidia: bool = False  # an nvidia recovery line that is a precursor alone joined it (aer.recovery_category)
     t: float | None = None  # seconds of the last line
     index: int = 0  # record index of the last line
     seqs: set[int] = dataclasses.field(default_factory=set)
@@ -609,8 +607,10 @@ class KernelLogParser:
         if kind == "recovery":
             attrs = {k: f[k] for k in ("outcome", "driver", "port", "reset_status") if k in f}
             attrs["pci_bus_id"] = pci
-            e = self._event(rec, ev.PCIE_AER_RECOVERY, device=pci, attrs=attrs, category=aer.recovery_category(f))
             g = self._aer_recovering(host, pci, rec, out)
+            # a line of a record has its outcome (the record is the precursor); one alone may be one
+            e = self._event(rec, ev.PCIE_AER_RECOVERY, device=pci, attrs=attrs,
+                            category=aer.recovery_category(f, in_record=g is not None))
             if g is None:
                 out.append(e)
                 return
@@ -618,7 +618,8 @@ class KernelLogParser:
             g.blocks.clear()  # detail lines after the recovery began are no block's
             if f["outcome"] == "no_error_detected_callback":
                 g.affected.append(pci)
-                g.nvidia = g.nvidia or f["driver"] == "nvidia"
+            # the record carries the precursor the line would alone (nvidia: can't recover, failed)
+            g.nvidia = g.nvidia or aer.recovery_category(f) == aer.PRECURSOR
             self._touch(g, rec)
             if f["outcome"] in ("recovered", "recovery_failed"):  # pcie_do_recovery's last line
                 out.extend(self._release_aer(g))
@@ -1003,6 +1004,7 @@ _FAULT_STARTS = (
     ("edac", edac.EDAC_HINT_RE), ("mce", mce.MCE_HINT_RE),
     ("ib", ib.IB_PORT_RE), ("ib", ib.NET_LINK_RE), ("ib", ib.MODULE_RE),
     ("sxid", sxid.SXID_HINT_RE), ("nvrm_assert", xid.ASSERT_HINT_RE),
+    ("aer", aer.HINT_RE), ("ghes", ghes.HINT_RE), ("mca", mce.AMD_HINT_RE),
 )
 _FAULT_ANYWHERE = (
     ("xid", re.compile(r"NVRM:?\s*Xid\b|NVRM: (?:The NVIDIA GPU|GPU \S+ GPU has fallen off the bus)")),
@@ -1011,15 +1013,14 @@ _FAULT_ANYWHERE = (
     ("sxid", sxid.SXID_ANYWHERE_RE), ("nvrm_assert", xid.ASSERT_HINT_RE),
     ("ib", re.compile(r"Port: [0-9]+ Link (?:DOWN|INIT|ARMED|ACTIVE)|mlx[0-9]_core \S+ \S+: Link (?:up|down)\b"
                       r"|Port module event")),
+    ("aer", aer.ANYWHERE_RE), ("ghes", ghes.HINT_RE), ("mca", mce.AMD_HINT_RE),
 )
 # A second record glued after a parsed one: the header of a driver message later on the line.
 _GLUED = re.compile(r"(?<=.)(?:NVRM:?\s*Xid\s*\(|EDAC (?:[\w-]+ )?MC[0-9]{1,9}: [0-9]{1,9} (?:CE|UE)\b"
                     r"|mce: \[Hardware Error\]: CPU [0-9]{1,9}: Machine Check)", re.S)
-_FAMILY_NAMES = {"xid": "Xid", "edac": "EDAC error", "mce": "Machine Check", "ib": "IB/NIC link"}
-_FAMILY_NAMES.update(sxid="NVSwitch SXid", nvrm_assert="NVRM assertion")
-_FAULT_STARTS += (("aer", aer.HINT_RE), ("ghes", ghes.HINT_RE), ("mca", mce.AMD_HINT_RE))
-_FAULT_ANYWHERE += (("aer", aer.ANYWHERE_RE), ("ghes", ghes.HINT_RE), ("mca", mce.AMD_HINT_RE))
-_FAMILY_NAMES.update(aer="PCIe AER", ghes="APEI GHES record", mca="AMD MCA decode")
+_FAMILY_NAMES = {"xid": "Xid", "edac": "EDAC error", "mce": "Machine Check", "ib": "IB/NIC link",
+                 "sxid": "NVSwitch SXid", "nvrm_assert": "NVRM assertion", "aer": "PCIe AER",
+                 "ghes": "APEI GHES record", "mca": "AMD MCA decode"}
 # An AMD MCA decode's fields as a cpu_ecc event (or the EDAC event it joins) names them, and as an
 # mce event does (the names print_mce's records use: cpu, bank, status, addr, ipid, synd...).
 _MCA_MCE_KEYS = (("addr", "addr"), ("ipid", "ipid"), ("synd", "synd"), ("synd1", "synd1"), ("synd2", "synd2"),

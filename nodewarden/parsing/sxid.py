@@ -55,6 +55,7 @@ MAX_DATA_WORDS = 32
 
 _INNER = re.compile(r"(?:PCI:)?\s*(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)?", re.A)
 _DATA = re.compile(r"Data\s*\{(?P<words>[^}\n]*)(?P<end>\})?", re.A)
+_LINE_BREAK = re.compile(r"\s*\n\s*")  # joined continuation lines: collapsed to one space
 # One Data word as _nvswitch_dump_error_entry prints it ("0x%08x" of a 32-bit word).
 _WORD = re.compile(r"0x[0-9a-fA-F]{1,8}", re.A)
 _SEVERITY = re.compile(
@@ -106,7 +107,7 @@ def parse_sxid_line(message: str) -> dict[str, Any] | None:
         "switch": "nvidia-" + m.group("switch"), "switch_index": int(m.group("index")),
         "pci_bus_id": normalize_pci(mi.group("pci")) if mi else None, "sxid": int(m.group("sxid")),
     }
-    rest = re.sub(r"\s*\n\s*", " ", m.group("rest")).strip().rstrip('",').rstrip()
+    rest = _LINE_BREAK.sub(" ", m.group("rest")).strip().rstrip('",').rstrip()
     md = _DATA.match(rest)
     if md:
         items = [w.strip() for w in md.group("words").split(",")]
@@ -201,10 +202,7 @@ class SxidGroup:
     def accepts(self, line: dict[str, Any], t: float | None, n: int) -> bool:
         """Does ``line`` (same key) belong to this error? Near in time (or in SXid lines when
         either has no time), and a part that fits the lines so far (:func:`joins_error`)."""
-        if t is not None and self.t0 is not None:
-            if abs(t - self.t0) > WINDOW_S:
-                return False
-        elif n - self.n0 > WINDOW_LINES:
+        if _expired(self, t, n):
             return False
         return joins_error(line["part"], self.severities, self.datas, "description" in self.parts)
 
@@ -291,6 +289,16 @@ class SxidGroups:
         self._lines = 0
 
     def add(self, key: tuple[Any, ...], line: dict[str, Any], rec: Any, raw: str, t: float | None) -> list[SxidGroup]:
+        """Add one parsed SXid line and return the errors it closes, oldest first.
+
+        ``key``: the error's key (host, switch, PCI id, SXid: lines of one key may be one error);
+        ``line``: :func:`parse_sxid_line`'s fields (``part``, ``malformed`` when set); ``rec``:
+        the line's record (kept as the error's ``first`` when it opens one); ``raw``: its raw
+        text; ``t``: its time in seconds (None when it has none: the window is then
+        :data:`WINDOW_LINES` SXid lines, else :data:`WINDOW_S`). Returns the groups
+        (:class:`SxidGroup`) it closes: other keys' groups past their window, this key's group when the line does not
+        join it (:meth:`SxidGroup.accepts`), the oldest open group when :data:`MAX_PENDING` are
+        open; ``[]`` when none. Never raises on a parsed line."""
         self._lines += 1
         n = self._lines
         done = [g for k, g in self._open.items() if k != key and _expired(g, t, n)]
@@ -316,6 +324,8 @@ class SxidGroups:
         return done
 
     def flush(self) -> list[SxidGroup]:
+        """Close every open error (end of the stream): returns the groups (:class:`SxidGroup`) in
+        the order they were opened (``[]`` when none); none stays open."""
         done = sorted(self._open.values(), key=lambda g: g.n0)
         self._open.clear()
         return done

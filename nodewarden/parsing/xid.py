@@ -93,6 +93,9 @@ _RECOVERY = re.compile(
     r"recovery action changed from (?P<f>0x[0-9a-fA-F]{1,8}) \((?P<fn>[^)]*)\) "
     r"to (?P<t>0x[0-9a-fA-F]{1,8}) \((?P<tn>[^)]*)\)", re.A)
 _HEXWORD = re.compile(r"0x[0-9a-fA-F]+")
+# The break of a message printed over several lines (joined continuation lines, each may repeat
+# the "NVRM: " prefix): collapsed to one space.
+_CONTINUATION = re.compile(r"\s*\n\s*(?:NVRM:\s*)?")
 # Xid 13: "Graphics SM Warp Exception on (GPC 1, TPC 1, SM 1): MMU Fault", "Graphics SM Global
 # Exception on (GPC 8, TPC 5, SM 1): Multiple Warp Errors", "Graphics Exception: ESR 0x5167b0=0x80f0017 ...".
 _SM_EXCEPTION = re.compile(
@@ -193,7 +196,7 @@ def parse_xid(message: str) -> dict[str, Any] | None:
         out["gpu_instance"] = int(mi.group("gi"))
     rest = m.group("rest")
     # Collapse the whitespace of joined continuation lines, drop trailing blanks and JSON quoting.
-    rest = re.sub(r"\s*\n\s*(?:NVRM:\s*)?", " ", rest).rstrip().rstrip('",').rstrip()
+    rest = _CONTINUATION.sub(" ", rest).rstrip().rstrip('",').rstrip()
     pid = None
     process = None
     mp = _PID.match(rest)
@@ -360,7 +363,7 @@ def parse_assertion(message: str) -> dict[str, Any] | None:
     m = ASSERT_RE.match(message)
     if not m:
         return None
-    body = re.sub(r"\s*\n\s*(?:NVRM:\s*)?", " ", m.group("body")).strip()
+    body = _CONTINUATION.sub(" ", m.group("body")).strip()
     out: dict[str, Any] = {"function": m.group("func"), "gpu": int(m.group("gpu")) if m.group("gpu") else None}
     ms = _ASSERT_STATUS.match(body)
     if ms:

@@ -4,8 +4,8 @@ every second) scraped every second by Debian's ``prometheus`` with the rule file
 ``dashboards/`` loaded (built with short windows and no ``for``), sending to Debian's
 ``prometheus-alertmanager``. One fault of each kind is injected at the lowest boundary (a line
 into the real ``/dev/kmsg``, the simulator's state file, sysfs attribute files, the validator's
-report in the state directory), the kinds of issue 11 too (a fatal and a non-fatal NVSwitch
-SXid and a non-fatal SXid storm, an uncorrected AER record on a NIC function and a fatal one on a
+report in the state directory), the NVSwitch, PCIe and reset kinds too (a fatal and a
+non-fatal NVSwitch SXid and a non-fatal SXid storm, an uncorrected AER record on a NIC function and a fatal one on a
 GPU with its recovery lines, corrected AER errors past the storm limit, an
 ``NV_ERR_RESET_REQUIRED`` assertion, an Xid 154 asking for a reboot, NVML recovery actions); then:
 
@@ -347,8 +347,8 @@ def aer_lines() -> list[str]:
     aer_root_reset), P-101's shapes on the HGX tree:
 
     * GPU 5: an uncorrected (fatal) Completion Timeout; the nvidia driver has no AER handler
-      (``can't recover``), its switch port's link is reset, the recovery fails: a GPU-lost
-      precursor (two: the fatal record, the missing callback);
+      (``can't recover``), its switch port's link is reset, the recovery fails: one GPU-lost
+      precursor (the fatal record; the ``can't recover`` line joined it);
     * mlx5_2: an uncorrected (non-fatal) Unsupported Request, recovered by mlx5_core;
     * mlx5_5: one corrected Bad TLP the log prints (the kernel counts the others in sysfs
       only, its log rate-limited)."""
@@ -451,15 +451,13 @@ def expected(host: Host) -> list[Expect]:
         e("NodewardenValidatorStale", "warning", "validate.json finished 2 h ago (limit 1 h in the test)",
           reason="old_report"),
         e("NodewardenCollectorFailing", "warning", "NVML simulator hung 4 s", collector="nvml"),
-        # issue 11's kinds
+        # NVSwitch, PCIe AER and reset-required kinds
         e("NodewardenNvswitchFatalSxid", "critical", "kmsg: fatal SXid 12024 (3 lines) on the first switch",
           switch=nvswitch_name(sw_fatal), pci_bus_id=nvswitch_pci(domain, sw_fatal), sxid="12024"),
         e("NodewardenNvswitchSxidStorm", "warning", "kmsg: 2 non-fatal SXids (22013, 12028) on the second switch",
           switch=nvswitch_name(sw_storm), pci_bus_id=nvswitch_pci(domain, sw_storm)),
         e("NodewardenGpuLostPrecursor", "critical", "kmsg: uncorrected (fatal) AER record on GPU 5's function",
           gpu="5", pci_bus_id=GPU_AER_FUNCTION, reason="fatal_aer"),
-        e("NodewardenGpuLostPrecursor", "critical", "kmsg: nvidia on GPU 5: AER: can't recover",
-          gpu="5", pci_bus_id=GPU_AER_FUNCTION, reason="aer_no_error_detected_callback"),
         e("NodewardenPcieAerUncorrected", "warning", "kmsg + sysfs: one uncorrected (non-fatal) UnsupReq on mlx5_2",
           pci_bus_id=NIC_AER_FUNCTION, aer_severity="non_fatal"),
         e("NodewardenPcieAerCorrectedStorm", "warning", "sysfs: mlx5_5 BadTLP +12 (limit 10), one of them in kmsg",
@@ -719,7 +717,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
             and prom.value(f'{xid}{{gpu="2",xid="13",pci_bus_id="{host.domain}:3a:00.0"}}') == 3))
         sw = nvswitch_name(host.switches[0])
         nic = f'pci_bus_id="{NIC_AER_FUNCTION}",severity="nonfatal",error="UnsupReq"'
-        w("issue 11's faults in Prometheus", lambda: all((
+        w("the SXid, AER and reset faults in Prometheus", lambda: all((
             prom.value(f'nodewarden_nvswitch_sxid_errors_total{{switch="{sw}",sxid="12024",severity="fatal"}}') == 1,
             prom.value(precursor) == before[precursor] + 1,
             prom.value(corrected) == before[corrected] + 1,

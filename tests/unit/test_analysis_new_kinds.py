@@ -1,8 +1,8 @@
-"""The tables beyond the paper (issue 11): NVSwitch SXids, PCIe AER records and their recovery,
+"""The tables beyond the paper: NVSwitch SXids, PCIe AER records and their recovery,
 reset-required GPUs, GPU-lost precursors, IB link outages; their labels in the co-occurrence,
 MTBF and repeat-offender statistics; and the report with none of them.
 
-The events are built here in the shapes /work/wt/SPEC-11.md fixes for the parsers (kind,
+The events are built here in the shapes the parsers give (kind,
 device, code, category and attrs keys), modelled on the real cases of
 shared/reference/real_log_cases.md (S-001, S-101, P-101, W-101, X-040, E-004); every expected
 count below is worked out by hand from the list of events, not taken from the tables.

@@ -112,10 +112,6 @@ def test_nvml_enabled(mode, auto, want) -> None:
     assert base.nvml_enabled(mode, auto) is want
 
 
-def test_links_still_exports_the_snapshot_it_always_had() -> None:
-    assert links.nvml_snapshot is base.nvml_snapshot and links.nvml_with_timeout is base.nvml_with_timeout
-
-
 @pytest.mark.parametrize("bad", [{"nvml": "maybe"}, {"nvml": 1.5}, {"nvml_timeout_seconds": 0},
                                  {"nvml_timeout_seconds": True}])
 def test_gpu_memory_nvml_params_are_checked(bad) -> None:

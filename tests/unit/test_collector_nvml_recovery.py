@@ -6,7 +6,7 @@ moves, and the pure value -> series / change -> event functions without NVML.
 Expected values come from the header (as mirrored by NVIDIA's nvidia-ml-py 13.615.71, pynvml.py:
 ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230``, ``NVML_GPU_RECOVERY_ACTION_NONE = 0`` ...
 ``_DRAIN_AND_RESET = 4``, ``_RECOVER_IMEX_DOMAIN = 5``, ``_BUS_RESET = 6``, ``_SYSTEM_REBOOT = 7``)
-and the event shapes of the issue-11 spec (SPEC-11.md, shapes 4 and 5)."""
+and the event shapes of ``gpu_reset_required`` and ``gpu_recovery_action`` (nodewarden.events)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ for line in sys.stdin:
 BUS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
        "0000:9b:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0")
 SERIES = "nodewarden_gpu_recovery_action"
-LABELS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")  # the SPEC's action names
+LABELS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")  # the events' action names
 
 
 class Child:

@@ -45,18 +45,18 @@ COR_OLD = ("Receiver Error 2\nBad TLP 0\nBad DLLP 0\nRELAY_NUM Rollover 0\nRepla
 FATAL_OLD = "Undefined 0\nData Link Protocol 0\nSurprise Down Error 1\nCompletion Timeout 4\nTOTAL_ERR_FATAL 1\n"
 
 
-@pytest.mark.parametrize("text, want, bad", [
+@pytest.mark.parametrize("text, want, bad, total", [
     (COR_NOW, {"RxErr": 0, "BadTLP": 3, "BadDLLP": 0, "Rollover": 0, "Timeout": 1, "NonFatalErr": 0,
-               "CorrIntErr": 0, "HeaderOF": 0}, 0),
+               "CorrIntErr": 0, "HeaderOF": 0}, 0, 3),
     (COR_OLD, {"RxErr": 2, "BadTLP": 0, "BadDLLP": 0, "Rollover": 0, "Timeout": 0, "NonFatalErr": 0,
-               "CorrIntErr": 0, "HeaderOF": 0}, 0),
-    (FATAL_OLD, {"Undefined": 0, "DLP": 0, "SDES": 1, "CmpltTO": 4}, 0),
-    ("TOTAL_ERR_NONFATAL 0\n", {}, 0),
-    ("RxErr 1\nnot a line\nBadTLP\n\n", {"RxErr": 1}, 2),
-    ("", {}, 0),
+               "CorrIntErr": 0, "HeaderOF": 0}, 0, 2),
+    (FATAL_OLD, {"Undefined": 0, "DLP": 0, "SDES": 1, "CmpltTO": 4}, 0, 1),
+    ("TOTAL_ERR_NONFATAL 0\n", {}, 0, 0),
+    ("RxErr 1\nnot a line\nBadTLP\n\n", {"RxErr": 1}, 2, None),
+    ("", {}, 0, None),
 ])
-def test_parse_aer(text, want, bad):
-    assert pcie.parse_aer(text) == (want, bad)
+def test_parse_aer(text, want, bad, total):
+    assert pcie.parse_aer(text) == (want, bad, total)
 
 
 @pytest.mark.parametrize("text, want", [("16", 16), ("x8", 8), ("0", 0), (None, None), ("garbage", None)])

@@ -278,7 +278,7 @@ def test_promtool_check_rejects_a_broken_query(promtool, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# (d) the kernel-log fault kinds of issue 11: NVSwitch SXid, PCIe AER, GPU reset and precursors
+# (d) the kernel-log fault kinds beyond Xid/EDAC/IB: NVSwitch SXid, PCIe AER, GPU reset and precursors
 
 NEW_KINDS = ("nodewarden_nvswitch_sxid_errors_total", "nodewarden_pcie_aer_logged_errors_total",
              "nodewarden_pcie_aer_recovery_events_total", "nodewarden_gpu_lost_precursor_events_total",

@@ -48,7 +48,7 @@ class Clock:
 
 
 def kmsg_aer(pci: str, severity: str, at: float | None) -> FaultEvent:
-    """A kernel-log pcie_aer record of the SPEC shape (what the follower hands its observer)."""
+    """A kernel-log pcie_aer record of the parser's shape (what the follower hands its observer)."""
     return FaultEvent(kind=ev.PCIE_AER, message=f"{pci}: PCIe Bus Error", raw="", source="kmsg", device=pci,
                       time=dt.datetime.fromtimestamp(at, dt.timezone.utc) if at is not None else None,
                       category=severity, attrs={"severity": severity, "pci_bus_id": pci, "via": "kernel"})
@@ -148,9 +148,9 @@ def test_aer_rise(before, now, want) -> None:
 
 def test_parse_aer_total() -> None:
     text = "RxErr 0\nBadTLP 3\nTOTAL_ERR_COR 3\n"
-    assert pcie.parse_aer_total(text, "correctable") == 3
-    assert pcie.parse_aer_total(text, "fatal") is None
-    assert pcie.parse_aer_total("DLP 0\nTOTAL_ERR_NONFATAL 12\n", "nonfatal") == 12
+    assert pcie.parse_aer(text, "correctable")[2] == 3
+    assert pcie.parse_aer(text, "fatal")[2] is None
+    assert pcie.parse_aer("DLP 0\nTOTAL_ERR_NONFATAL 12\n", "nonfatal")[2] == 12
 
 
 # ---- the reconciler, pure -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The agent's series for the fault kinds of issue 11 (NVSwitch SXid, PCIe AER records and
-recovery, GPU-lost precursors, GPU reset required, GHES/MCA memory errors), from FaultEvents of
-the shape the parsers hand over (../wt/SPEC-11.md "Event shapes"), with values from the real
+"""The agent's series for the NVSwitch, PCIe and reset fault kinds (NVSwitch SXid, PCIe AER records
+and recovery, GPU-lost precursors, GPU reset required, GHES/MCA memory errors), from FaultEvents
+of the shape the parsers hand over (:mod:`nodewarden.parsing.sxid`, :mod:`nodewarden.parsing.aer`,
+:mod:`nodewarden.parsing.stream`), with values from the real
 cases of ../shared/reference/real_log_cases.md (S-001, S-101, P-101, W-101, X-040, E-101).
 
 The events are built here, not parsed, so that these tests pin the exporter's contract whatever
@@ -64,7 +65,7 @@ def L(**labels: str) -> frozenset:
     return frozenset(labels.items())
 
 
-# ---- events of the SPEC shape, values from the real cases --------------------------------------
+# ---- events of the parsers' shapes, values from the real cases ----------------------------------
 
 def sxid_s001() -> FaultEvent:
     # S-001: the three lines of one SXid 22013 error folded (Data / "Non-fatal, Link 44 ..." / Severity)
@@ -101,8 +102,10 @@ def aer_p101() -> FaultEvent:
                              "via": "kernel"})
 
 
-def recovery(bdf: str, driver: str, outcome: str) -> FaultEvent:
-    precursor = driver == "nvidia" and outcome in ("no_error_detected_callback", "recovery_failed")
+def recovery(bdf: str, driver: str, outcome: str, in_record: bool = True) -> FaultEvent:
+    # the parser's shape: a line that joined its AER record has its outcome (the record carries the
+    # precursor); an nvidia "can't recover"/"recovery failed" with no record is the precursor
+    precursor = not in_record and driver == "nvidia" and outcome in ("no_error_detected_callback", "recovery_failed")
     return FaultEvent(kind=ev.PCIE_AER_RECOVERY, message="", raw="", device=bdf,
                       category="gpu_lost_precursor" if precursor else outcome,
                       attrs={"outcome": outcome, "driver": driver, "pci_bus_id": bdf})
@@ -110,10 +113,13 @@ def recovery(bdf: str, driver: str, outcome: str) -> FaultEvent:
 
 def p101_recoveries() -> list[FaultEvent]:
     # P-101's recovery lines, in order: 2x (nvidia can't recover, snd_hda_intel can't recover),
-    # 2x pcieport device recovery failed, 1x Root Port link has been reset
-    return [recovery("0000:03:00.0", "nvidia", "no_error_detected_callback"),
-            recovery("0000:03:00.1", "snd_hda_intel", "no_error_detected_callback"),
-            recovery("0000:00:03.0", "pcieport", "recovery_failed"),
+    # 2x pcieport device recovery failed, 1x Root Port link has been reset. The first three
+    # come before the record's "received" line (an earlier error's recovery, its record not in
+    # the excerpt): no record to join, so that nvidia line is a precursor of its own; the others
+    # joined the record.
+    return [recovery("0000:03:00.0", "nvidia", "no_error_detected_callback", in_record=False),
+            recovery("0000:03:00.1", "snd_hda_intel", "no_error_detected_callback", in_record=False),
+            recovery("0000:00:03.0", "pcieport", "recovery_failed", in_record=False),
             recovery("0000:03:00.0", "nvidia", "no_error_detected_callback"),
             recovery("0000:03:00.1", "snd_hda_intel", "no_error_detected_callback"),
             recovery("0000:00:03.0", "pcieport", "link_reset"),
@@ -193,10 +199,12 @@ def test_p101_aer_record_recoveries_and_gpu_lost_precursors(gpu_of) -> None:
         L(pci_bus_id="0000:00:03.0", outcome="link_reset"): 1,
     }
     # the fatal record is about the root port; the GPU it precedes is the affected function the
-    # nvidia driver knows (minor 0), not the HDA function listed first
+    # nvidia driver knows (minor 0), not the HDA function listed first. One precursor per error:
+    # the record (fatal_aer; its nvidia "can't recover" is the record's) and the nvidia "can't
+    # recover" before it, whose record the excerpt lacks
     assert of(s, PRECURSOR) == {
         L(gpu="0", pci_bus_id="0000:03:00.0", reason="fatal_aer"): 1,
-        L(gpu="0", pci_bus_id="0000:03:00.0", reason="aer_no_error_detected_callback"): 2,
+        L(gpu="0", pci_bus_id="0000:03:00.0", reason="aer_no_error_detected_callback"): 1,
     }
     assert s[(EVENTS, L(collector="kernel_log", kind="pcie_aer"))] == 1
     assert s[(EVENTS, L(collector="kernel_log", kind="pcie_aer_recovery"))] == 7
@@ -262,6 +270,12 @@ def test_xid_154_without_the_decoded_name_uses_nvmls_numbers(gpu_of) -> None:
                             L(gpu="2", pci_bus_id="0009:01:00.0", action="unknown"): 1}
 
 
+def test_xid_154_of_a_number_nvml_lacks_falls_back_to_the_printed_name(gpu_of) -> None:
+    # the parser's decoder (nodewarden.parsing.xid.recovery_action): an unknown number, a known name
+    e = xid154("0009:01:00.0", NONE, (0x9, "Node Reboot Required", "node_reboot"), with_name=False)
+    assert of(scrape([e], gpu_of), RESET) == {L(gpu="2", pci_bus_id="0009:01:00.0", action="node_reboot"): 1}
+
+
 def test_reset_required_names_the_gpu_when_the_line_has_its_pci_id(gpu_of) -> None:
     e = reset_w101()
     e.attrs["pci_bus_id"] = "0009:01:00.0"
@@ -284,6 +298,13 @@ def test_memory_errors_via_edac_ghes_and_mca(gpu_of) -> None:
                            L(controller="", dimm="", type="deferred"): 2,
                            L(controller="", dimm="DIMM_A1", type="corrected"): 1}
     assert s[(EVENTS, L(collector="kernel_log", kind="cpu_ecc"))] == 5
+
+
+def test_a_memory_error_of_no_known_severity_is_unknown_not_corrected(gpu_of) -> None:
+    # a GHES memory section whose CPER severity was not printed or printed "unknown"
+    # (cper_severity_str past its table): the parser's type "unknown", and a type outside the set
+    s = scrape([ecc_without_mc("ghes", "unknown"), ecc_without_mc("ghes", "recoverable")], gpu_of)
+    assert of(s, EDAC) == {L(controller="", dimm="", type="unknown"): 2}
 
 
 def test_cpu_ecc_without_mc_or_known_via_stays_out_of_the_edac_series(gpu_of) -> None:

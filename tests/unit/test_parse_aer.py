@@ -295,8 +295,9 @@ def test_firmware_first_ghes_record_and_its_aer_print_are_one_event() -> None:
         "[ 70.020000] nvidia 0000:17:00.0: AER: can't recover (no error_detected callback)",
         "[ 70.020001] pcieport 0000:16:02.0: AER: device recovery failed",
     ])
+    # the "can't recover" joined the record: its outcome (the record is the precursor)
     assert kinds(evs) == [("pcie_aer", "0000:17:00.0", "gpu_lost_precursor"),
-                          ("pcie_aer_recovery", "0000:17:00.0", "gpu_lost_precursor"),
+                          ("pcie_aer_recovery", "0000:17:00.0", "no_error_detected_callback"),
                           ("pcie_aer_recovery", "0000:16:02.0", "recovery_failed")]
     a = evs[0].attrs
     assert (a["via"], a["severity"], a["ghes_severity"], a["vendor_id"], a["status"], a["first_error"],
@@ -369,7 +370,8 @@ def test_a_fatal_record_keeps_its_precursor_across_another_devices_record() -> N
         "[  501.050480] pcieport 0000:00:03.0: AER: device recovery failed",
     ])
     assert sorted(kinds(evs)) == sorted([
-        ("pcie_aer", "0000:00:03.0", "gpu_lost_precursor"), ("pcie_aer_recovery", "0000:03:00.0", "gpu_lost_precursor"),
+        ("pcie_aer", "0000:00:03.0", "gpu_lost_precursor"),
+        ("pcie_aer_recovery", "0000:03:00.0", "no_error_detected_callback"),  # the record's: it is the precursor
         ("pcie_aer_recovery", "0000:00:03.0", "link_reset"), ("pcie_aer_recovery", "0000:00:03.0", "recovery_failed"),
         ("pcie_aer", "0000:81:00.0", "corrected")])
     fatal = next(e for e in evs if e.device == "0000:00:03.0" and e.kind == "pcie_aer")
@@ -622,3 +624,33 @@ def test_deltas_after_an_anchor_give_no_time() -> None:
         ("pcie_aer", "2025-01-21T10:22:00Z", "Jan21 10:22"),
         ("pcie_aer_recovery", None, "+0.900000")]
     assert evs[0].category == "gpu_lost_precursor" and evs[0].attrs["affected_devices"] == ["0000:03:00.0"]
+
+
+# -- the precursor rule, one place for the kernel log, the sysfs collector and the agent ----------
+
+@pytest.mark.parametrize("severity, driver, vendor, cant_recover, want", [
+    ("fatal", "pcieport", 0x8086, False, False),  # P-101's Broadwell root port [8086:6f08] alone
+    ("fatal", "pcieport", 0x8086, True, True),    # ... and its nvidia function printed "can't recover"
+    ("non_fatal", "nvidia", 0x10DE, False, True),  # an uncorrected error on the GPU itself
+    ("fatal", "pci", 0x10DE, False, True),          # an NVIDIA function no driver is bound to
+    ("fatal", None, 0x10DE, False, True),           # sysfs: the vendor only
+    ("non_fatal", "mlx5_core", 0x15B3, False, False),
+    ("corrected", "nvidia", 0x10DE, True, False),   # a corrected error starts no recovery
+    ("unknown", "nvidia", 0x10DE, False, False),    # a GHES record of no known severity
+    (None, None, None, False, False),
+])
+def test_is_precursor(severity, driver, vendor, cant_recover: bool, want: bool) -> None:
+    assert aer.is_precursor(severity, driver, vendor, cant_recover) is want
+
+
+@pytest.mark.parametrize("driver, outcome, alone", [
+    ("nvidia", "no_error_detected_callback", "gpu_lost_precursor"),
+    ("nvidia", "recovery_failed", "gpu_lost_precursor"),
+    ("nvidia", "link_reset", "link_reset"),
+    ("snd_hda_intel", "no_error_detected_callback", "no_error_detected_callback"),
+    ("pcieport", "recovery_failed", "recovery_failed"),
+])
+def test_recovery_category_alone_and_in_a_record(driver: str, outcome: str, alone: str) -> None:
+    # a line that joined its record has its outcome: the record is the precursor (one per error)
+    f = {"driver": driver, "pci": "0000:03:00.0", "outcome": outcome}
+    assert (aer.recovery_category(f), aer.recovery_category(f, in_record=True)) == (alone, outcome)

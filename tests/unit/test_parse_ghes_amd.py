@@ -120,8 +120,9 @@ def memory_record(seq: int, severity: str, t: str = "100.000001", pa: str = "0x0
             G(seq, "  DIMM location: CPU0_DIMM_B1 ", t)]
 
 
+# cper_severity_str prints "unknown" for a severity past its table: no type is guessed for it
 @pytest.mark.parametrize("severity, typ", [("corrected", "corrected"), ("recoverable", "uncorrected"),
-                                           ("fatal", "uncorrected"), ("info", "corrected")])
+                                           ("fatal", "uncorrected"), ("info", "corrected"), ("unknown", "unknown")])
 def test_a_ghes_memory_record_alone_is_a_cpu_ecc_event(severity: str, typ: str) -> None:
     (e,), p = run(memory_record(3, severity))
     assert (e.kind, e.device, e.category, e.monotonic) == ("cpu_ecc", "CPU0_DIMM_B1", typ, 100.000001)
@@ -325,9 +326,10 @@ def test_interleaved_ghes_records_are_grouped_by_their_number() -> None:
 
 
 @pytest.mark.parametrize("severity, aer_severity", [("corrected", "corrected"), ("recoverable", "non_fatal"),
-                                                    ("fatal", "fatal")])
+                                                    ("fatal", "fatal"), ("unknown", "unknown")])
 def test_a_ghes_pcie_record_is_a_pcie_aer_event(severity: str, aer_severity: str) -> None:
-    # cper_severity_to_aer: recoverable -> AER_NONFATAL, fatal -> AER_FATAL, else correctable.
+    # cper_severity_to_aer: recoverable -> AER_NONFATAL, fatal -> AER_FATAL, else correctable; a
+    # CPER severity printed "unknown" (cper_severity_str past its table) stays unknown in the event.
     lines = [G(4, "Hardware error from APEI Generic Hardware Error Source: 2"), G(4, f"event severity: {severity}"),
              G(4, f" Error 0, type: {severity}"), G(4, "  section_type: PCIe error"),
              G(4, "  port_type: 0, PCIe end point"), G(4, "  version: 3.0"), G(4, "  command: 0x0546, status: 0x0010"),
@@ -341,8 +343,9 @@ def test_a_ghes_pcie_record_is_a_pcie_aer_event(severity: str, aer_severity: str
     assert (e.kind, e.device, e.attrs["via"], e.attrs["severity"], e.attrs["ghes_severity"], e.attrs["vendor_id"],
             e.attrs["device_id"], e.attrs["port_type"]) == ("pcie_aer", "0000:41:00.0", "ghes", aer_severity, severity,
                                                             0x10de, 0x2330, 0)
-    # an uncorrected error on an NVIDIA function (vendor 0x10de) is a GPU-lost precursor
-    assert e.category == ("corrected" if severity == "corrected" else "gpu_lost_precursor")
+    # an uncorrected error on an NVIDIA function (vendor 0x10de) is a GPU-lost precursor; one of
+    # unknown severity is not known to be uncorrected
+    assert e.category == (aer_severity if aer_severity in ("corrected", "unknown") else "gpu_lost_precursor")
     if severity == "fatal":
         assert (e.attrs["status"], e.attrs["errors"], e.attrs["tlp_header"][0]) == (
             0x4000, [{"bit": 14, "name": "CmpltTO", "first": False}], 0x40000001)

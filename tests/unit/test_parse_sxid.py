@@ -203,7 +203,8 @@ def test_soe_halt_lines_are_one_error() -> None:
         "SOE HALTED", ["SOE HALT data[0] = 0x        4a3c10f2", "SOE HALT data[1] = unavailable"], 3, "soe")
 
 
-def test_lines_more_than_two_seconds_apart_are_two_errors() -> None:
+def test_lines_further_apart_than_the_window_are_two_errors() -> None:
+    # sxid.WINDOW_S is 0.25 s: lines 2.5 s apart are two errors
     lines = [dmesg(10.0, head(12028) + "Data {0x1, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0}"),
              dmesg(12.5, head(12028) + "Severity 0 Engine instance 01 Sub-engine instance 00")]
     assert [e.attrs["lines"] for e in events_of(lines)] == [1, 1]

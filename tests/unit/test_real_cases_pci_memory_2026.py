@@ -26,7 +26,8 @@ def REC(device: str, driver: str, outcome: str, category: str, raw_time: str, **
 
 
 P101 = [
-    # The first three lines end a record the excerpt does not hold: recovery events on their own.
+    # The first three lines end a record the excerpt does not hold: recovery events on their own
+    # (the nvidia line, joined to no record, is a precursor: the lost record's).
     REC(GPU, "nvidia", "no_error_detected_callback", "gpu_lost_precursor", "+0.000844"),
     REC(HDA, "snd_hda_intel", "no_error_detected_callback", "no_error_detected_callback", "+0.000001"),
     REC(ROOT_PORT, "pcieport", "recovery_failed", "recovery_failed", "+0.000008"),
@@ -39,7 +40,9 @@ P101 = [
          errors=[{"bit": 5, "name": "SDES", "first": False}, {"bit": 14, "name": "CmpltTO", "first": True}],
          first_error="CmpltTO", affected_devices=[GPU, HDA], via="kernel", category="gpu_lost_precursor",
          time=None, time_kind="none", raw_time="+0.000001"),
-    REC(GPU, "nvidia", "no_error_detected_callback", "gpu_lost_precursor", "+0.000921"),
+    # The record's recovery lines joined it: their category is their outcome (the record is the
+    # precursor: one error, one precursor).
+    REC(GPU, "nvidia", "no_error_detected_callback", "no_error_detected_callback", "+0.000921"),
     REC(HDA, "snd_hda_intel", "no_error_detected_callback", "no_error_detected_callback", "+0.000002"),
     REC(ROOT_PORT, "pcieport", "link_reset", "link_reset", "+1.050439", port="Root", reset_status=0),
     REC(ROOT_PORT, "pcieport", "recovery_failed", "recovery_failed", "+0.000041"),

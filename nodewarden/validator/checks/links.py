@@ -57,11 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_snapshot, nvml_with_timeout, reset_required,
+from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_with_timeout, reset_required,
                                        reset_required_action, reset_required_reason)
 from nodewarden.validator.result import FAIL, PASS, SKIP, WARN, CheckResult
-
-__all__ = ["nvml_snapshot", "nvml_with_timeout", "run"]  # the NVML snapshot lives in validator.base
 
 NAME = "links"
 NEEDS: tuple[str, ...] = ()
