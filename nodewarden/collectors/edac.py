@@ -43,7 +43,7 @@ from typing import Callable
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
-from nodewarden.validator.checks.links import listdir, natural_key
+from nodewarden.sysfs.attrs import listdir, natural_key
 
 NAME = "edac"
 UNREADABLE = "nodewarden_collector_unreadable_files"

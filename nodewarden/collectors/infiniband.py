@@ -57,8 +57,8 @@ from typing import Callable
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader, parse_counter
-from nodewarden.validator.checks.links import (IB_ACTIVE, IB_LINKUP, listdir, natural_key, parse_code_name,
-                                               parse_ib_rate)
+from nodewarden.sysfs.attrs import listdir, natural_key, parse_code_name
+from nodewarden.sysfs.infiniband import IB_ACTIVE, IB_LINKUP, parse_ib_rate
 
 NAME = "infiniband"
 UNREADABLE = "nodewarden_collector_unreadable_files"

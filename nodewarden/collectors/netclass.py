@@ -34,7 +34,7 @@ from typing import Callable
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.validator.checks.links import listdir, read_attr
+from nodewarden.sysfs.attrs import listdir, read_attr
 
 NAME = "netclass"
 UNREADABLE = "nodewarden_collector_unreadable_files"

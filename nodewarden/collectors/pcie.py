@@ -43,7 +43,8 @@ from nodewarden.events import PCIE_AER, FaultEvent
 from nodewarden.parsing import aer
 from nodewarden.parsing.aer import LONG_NAMES  # the kernel's long error names (4.19-5.x) -> short ones
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.validator.checks.links import MELLANOX, NVIDIA, listdir, pcie_generation, pcie_width
+from nodewarden.sysfs.attrs import listdir
+from nodewarden.sysfs.pci import MELLANOX, NVIDIA, pcie_generation, pcie_width
 
 NAME = "pcie"
 UNREADABLE = "nodewarden_collector_unreadable_files"

@@ -57,6 +57,9 @@ from pathlib import Path
 from typing import Any
 
 from nodewarden.parsing.pci import normalize_pci
+from nodewarden.sysfs.attrs import listdir, natural_key, parse_code_name, read_attr
+from nodewarden.sysfs.infiniband import IB_ACTIVE, IB_LINKUP, parse_ib_rate
+from nodewarden.sysfs.pci import MELLANOX, NVIDIA, pcie_generation, pcie_width
 from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_with_timeout, reset_required,
                                        reset_required_action, reset_required_reason)
 from nodewarden.validator.result import FAIL, PASS, SKIP, WARN, CheckResult
@@ -80,8 +83,6 @@ QUICK: dict[str, Any] = {}
 
 PARTS = ("infiniband", "ethernet", "pcie", "nvlink", "frequency")
 
-# ib_port_state / ib_port_phys_state (include/rdma/ib_verbs.h), as sysfs prints them: "N: NAME".
-IB_ACTIVE, IB_LINKUP = 4, 5
 # Why a port is not up, for the operator (ibstat semantics, I-016; IBTA phys states).
 PHYS_HINTS = {
     "Polling": "no peer: cable, transceiver or switch port",
@@ -102,74 +103,13 @@ CLOCK_REASONS: dict[int, tuple[str, bool]] = {
     0x080: ("hw_power_brake_slowdown", True),
     0x100: ("display_clock_setting", False),
 }
-# PCIe transfer rate (GT/s) -> generation.
-GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
-NVIDIA, MELLANOX = 0x10DE, 0x15B3
 ARPHRD_ETHER, ARPHRD_INFINIBAND = 1, 32
 VIRTUAL_PREFIXES = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "vxlan", "tun", "tap")
 
-_RATE = re.compile(r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\))?")
-_GTS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
 _BDF_DIR = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
 # ---- small pure helpers ----------------------------------------------------------------------
-
-def read_attr(path: Path) -> str | None:
-    """A sysfs attribute's text, stripped; None when absent or unreadable (EINVAL: the kernel
-    refuses e.g. ``speed`` of a down interface)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
-
-
-def natural_key(text: str) -> list[Any]:
-    """mlx5_2 before mlx5_10."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
-
-
-def listdir(path: Path) -> list[str]:
-    try:
-        return sorted(os.listdir(path), key=natural_key)
-    except OSError:
-        return []
-
-
-def parse_code_name(text: str | None) -> tuple[int | None, str | None]:
-    """``4: ACTIVE`` -> (4, "ACTIVE"); ``ACTIVE`` -> (None, "ACTIVE"); None -> (None, None)."""
-    if not text:
-        return None, None
-    code, sep, name = text.partition(":")
-    if sep and code.strip().isdigit():
-        return int(code), name.strip()
-    return None, text.strip()
-
-
-def parse_ib_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
-    """``400 Gb/sec (4X NDR)`` -> (400.0, 4, "NDR"); ``2.5 Gb/sec (1X SDR)`` -> (2.5, 1, "SDR")."""
-    m = _RATE.match(text or "")
-    if not m:
-        return None, None, None
-    return float(m.group("gbit")), int(m.group("width")) if m.group("width") else None, m.group("speed") or None
-
-
-def pcie_generation(text: str | None) -> int | None:
-    """``32.0 GT/s PCIe`` (kernels >= 5.x) or ``8 GT/s`` (older) -> 5 / 3; ``Unknown`` -> None."""
-    m = _GTS.match(text or "")
-    if not m:
-        return None
-    return GENERATIONS.get(float(m.group(1)))
-
-
-def pcie_width(text: str | None) -> int | None:
-    """``16`` or ``x16`` -> 16; 0 (an SR-IOV VF, a link down) -> None."""
-    m = re.match(r"^\s*x?(\d+)", text or "")
-    if not m:
-        return None
-    return int(m.group(1)) or None
-
 
 def _hexint(text: str | None) -> int | None:
     try:
