@@ -84,7 +84,7 @@ series                                                       type     P      mea
                                                                              ``[flash_cut] max_seconds`` (kernel-log down/up pair,
                                                                              state change between polls, or a ``link_downed`` rise
                                                                              between two ACTIVE polls); from
-                                                                             :class:`nodewarden.agent.flashcut.FlashCutDetector`.
+                                                                             :class:`nodewarden.parsing.flashcut.FlashCutDetector`.
 ``ib_link_outages_total{device,port}``                       counter  yes    the same, back later than ``max_seconds``.
 ``collector_events_total{collector,kind}``                   counter  yes    every event a collector emitted, by
                                                                              :data:`nodewarden.events.KINDS` kind (incl. kinds

@@ -65,7 +65,7 @@ LINK_KINDS = frozenset({ev.IB_LINK_DOWN, ev.IB_LINK_UP, ev.IB_PORT_STATE, ev.NET
 
 
 class Detector(Protocol):
-    """What the agent needs of :class:`nodewarden.agent.flashcut.FlashCutDetector`."""
+    """What the agent needs of :class:`nodewarden.parsing.flashcut.FlashCutDetector`."""
 
     def observe_event(self, event: FaultEvent, now: float) -> list[FaultEvent]: ...
 
@@ -162,12 +162,12 @@ class FlashCuts:
 
 
 def load_detector(max_seconds: float) -> Detector | None:
-    """A :class:`~nodewarden.agent.flashcut.FlashCutDetector`, or None (logged) when the module
+    """A :class:`~nodewarden.parsing.flashcut.FlashCutDetector`, or None (logged) when the module
     is not there or its constructor fails."""
     try:
-        from nodewarden.agent.flashcut import FlashCutDetector
+        from nodewarden.parsing.flashcut import FlashCutDetector
     except ImportError as e:
-        log.warning("flash-cut detection disabled: nodewarden.agent.flashcut not available (%s)", e)
+        log.warning("flash-cut detection disabled: nodewarden.parsing.flashcut not available (%s)", e)
         return None
     try:
         return FlashCutDetector(max_seconds=max_seconds)

@@ -12,7 +12,7 @@ Tables (column names follow the CSVs of the paper's tables so that they compare 
 * Table VIII ``table8_ib_flash_cuts_daily``: date, failure_count (days with cuts only).
 
 IB flash cuts come from two kinds of evidence (``flash_cuts``): kernel-log ``ib_link_down``/
-``ib_link_up`` pairs run through :class:`nodewarden.agent.flashcut.FlashCutDetector` per host,
+``ib_link_up`` pairs run through :class:`nodewarden.parsing.flashcut.FlashCutDetector` per host,
 and ``ib_flash_cut`` events of agent journals. A journal cut of the same host and port within
 ``skew`` seconds of a log-derived cut is the same cut and counts once. Longer drops are outages
 (``ib_link_outages``), listed with their durations.
@@ -320,7 +320,7 @@ def flash_cuts(df: pd.DataFrame, max_seconds: float = 60.0, skew: float = 1.0) -
 def _log_drops(df: pd.DataFrame, max_seconds: float, skew: float) -> list[tuple[str | None, FaultEvent]]:
     """(host, event) for every ``ib_flash_cut``/``ib_link_outage`` a FlashCutDetector makes of
     each host's kernel-log ib_link_down/ib_link_up events, in time order."""
-    from nodewarden.agent.flashcut import FlashCutDetector
+    from nodewarden.parsing.flashcut import FlashCutDetector
 
     out: list[tuple[str | None, FaultEvent]] = []
     links = df[df["kind"].isin([ev.IB_LINK_DOWN, ev.IB_LINK_UP]) & df["time"].notna()]

@@ -15,8 +15,6 @@ that tests point the same code at fixture trees and at the NVML simulator.
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 from typing import Protocol
 
 from nodewarden.events import FaultEvent
@@ -57,38 +55,3 @@ class Collector(Protocol):
     name: str
 
     def collect(self) -> Snapshot: ...
-
-
-def parse_counter(text: str | None) -> int | None:
-    """``"14"`` -> 14; ``"N/A (no PMA)"`` (Y-005), empty or garbage -> None (not available)."""
-    if text is None:
-        return None
-    text = text.strip()
-    return int(text) if text.isdigit() else None
-
-
-class SysfsReader:
-    """Thin sysfs reads that count the files found but unreadable (a read error, ``N/A (no
-    PMA)``, a number that is not one), so that one bad file costs one series, never the poll.
-    Shared by the sysfs collectors (infiniband, edac, pcie, netclass)."""
-
-    def __init__(self) -> None:
-        self.unreadable = 0
-
-    def text(self, path: Path) -> str | None:
-        """The attribute's text, stripped; None when absent or unreadable (counted if present)."""
-        try:
-            with open(path, "rb") as f:
-                return f.read(4096).decode("utf-8", "replace").strip()
-        except OSError:
-            if os.path.lexists(path):
-                self.unreadable += 1
-            return None
-
-    def counter(self, path: Path) -> int | None:
-        """A non-negative decimal count; None (and counted) when present but not a number."""
-        text = self.text(path)
-        value = parse_counter(text)
-        if value is None and text is not None:
-            self.unreadable += 1
-        return value

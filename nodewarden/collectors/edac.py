@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Callable
 
 from nodewarden import events as ev
-from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
-from nodewarden.sysfs.attrs import listdir, natural_key
+from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
+from nodewarden.sysfs.attrs import AttrReader, listdir, natural_key
 
 NAME = "edac"
 UNREADABLE = "nodewarden_collector_unreadable_files"
@@ -147,7 +147,7 @@ def rises(before: dict[tuple[str, str, str], int], after: dict[tuple[str, str, s
 
 # ---- thin reads ------------------------------------------------------------------------------
 
-def read_controller(mcdir: Path, r: SysfsReader) -> Controller:
+def read_controller(mcdir: Path, r: AttrReader) -> Controller:
     mc = Controller(mcdir.name, r.text(mcdir / "mc_name") or None, r.counter(mcdir / "seconds_since_reset"),
                     r.counter(mcdir / "ce_count"), r.counter(mcdir / "ue_count"),
                     r.counter(mcdir / "ce_noinfo_count"), r.counter(mcdir / "ue_noinfo_count"))
@@ -185,7 +185,7 @@ class EdacCollector:
         if not mcs:
             self._counts = {}
             return snap
-        r = SysfsReader()
+        r = AttrReader()
         counts: dict[tuple[str, str, str], int] = {}
         mc_names: dict[str, str | None] = {}
         for m in mcs:

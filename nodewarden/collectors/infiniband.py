@@ -43,7 +43,7 @@ exported.
 
 Between two polls the collector emits ``ib_link_down`` when a port leaves ACTIVE and
 ``ib_link_up`` when it comes back (source ``sysfs``, device ``mlx5_0/1``); :meth:`ports` hands
-the latest readings to :class:`nodewarden.agent.flashcut.FlashCutDetector`.
+the latest readings to :class:`nodewarden.parsing.flashcut.FlashCutDetector`.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import Callable
 
 from nodewarden import events as ev
-from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader, parse_counter
-from nodewarden.sysfs.attrs import listdir, natural_key, parse_code_name
+from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
+from nodewarden.sysfs.attrs import AttrReader, listdir, natural_key, parse_code_name, parse_counter
 from nodewarden.sysfs.infiniband import IB_ACTIVE, IB_LINKUP, parse_ib_rate
 
 NAME = "infiniband"
@@ -214,7 +214,7 @@ class InfinibandCollector:
         if not root.is_dir():
             self._ports = {}
             return snap
-        reader = SysfsReader()
+        reader = AttrReader()
         now = self.clock()
         current: dict[str, PortReading] = {}
         for dev in listdir(root):
@@ -234,7 +234,7 @@ class InfinibandCollector:
         self._ports, self._last_t = current, now
         return snap
 
-    def _port(self, snap: Snapshot, reader: SysfsReader, dev: str, port: int, pdir: Path,
+    def _port(self, snap: Snapshot, reader: AttrReader, dev: str, port: int, pdir: Path,
               board: str | None, fw: str | None) -> PortReading:
         labels = (("device", dev), ("port", str(port)))
         state = parse_code_name(reader.text(pdir / "state"))

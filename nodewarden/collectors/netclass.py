@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Callable
 
 from nodewarden import events as ev
-from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
+from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import listdir, read_attr
+from nodewarden.sysfs.attrs import AttrReader, listdir, read_attr
 
 NAME = "netclass"
 UNREADABLE = "nodewarden_collector_unreadable_files"
@@ -151,7 +151,7 @@ class NetclassCollector:
     def collect(self) -> Snapshot:
         snap = Snapshot()
         root = self.sysfs / "class" / "net"
-        r = SysfsReader()
+        r = AttrReader()
         now = self.clock()
         current: dict[str, NetReading] = {}
         for name in listdir(root):
@@ -172,7 +172,7 @@ class NetclassCollector:
         return snap
 
     @staticmethod
-    def _interface(snap: Snapshot, r: SysfsReader, d: Path, name: str) -> NetReading:
+    def _interface(snap: Snapshot, r: AttrReader, d: Path, name: str) -> NetReading:
         lab = (("device", name),)
         operstate = r.text(d / "operstate")
         # carrier and speed answer EINVAL while the interface is down: not an error.

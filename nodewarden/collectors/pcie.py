@@ -38,12 +38,12 @@ import os
 import re
 from pathlib import Path
 
-from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot, SysfsReader
+from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import PCIE_AER, FaultEvent
 from nodewarden.parsing import aer
 from nodewarden.parsing.aer import LONG_NAMES  # the kernel's long error names (4.19-5.x) -> short ones
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import listdir
+from nodewarden.sysfs.attrs import AttrReader, listdir
 from nodewarden.sysfs.pci import MELLANOX, NVIDIA, pcie_generation, pcie_width
 
 NAME = "pcie"
@@ -153,7 +153,7 @@ class PcieCollector:
         snap = Snapshot()
         self._seen = {}
         root = self.sysfs / "bus" / "pci" / "devices"
-        r = SysfsReader()
+        r = AttrReader()
         found = False
         for bdf in sorted(listdir(root), key=lambda b: normalize_pci(b) or b):  # bus order
             d = root / bdf
@@ -191,7 +191,7 @@ class PcieCollector:
                    "error_counts": dict(sorted(bits.items())), "vendor_id": vendor,
                    "device_id": parse_hex(device)}))
 
-    def _function(self, snap: Snapshot, r: SysfsReader, d: Path, pci: str, vendor: int) -> None:
+    def _function(self, snap: Snapshot, r: AttrReader, d: Path, pci: str, vendor: int) -> None:
         bus = (("pci_bus_id", pci),)
         device, cls = r.text(d / "device") or "", r.text(d / "class") or ""
         snap.add("nodewarden_pcie_device_info", bus + (("vendor", f"0x{vendor:04x}"), ("device", device),

@@ -423,7 +423,7 @@ def test_state_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_a_port_flapping_in_sysfs_is_a_flash_cut_on_metrics(tmp_path: Path, agents: list[Agent]) -> None:
     import importlib.util
-    for mod in ("nodewarden.collectors.infiniband", "nodewarden.agent.flashcut"):
+    for mod in ("nodewarden.collectors.infiniband", "nodewarden.parsing.flashcut"):
         if importlib.util.find_spec(mod) is None:
             pytest.skip(f"{mod} not there yet")
     sysfs = tmp_path / "sys"

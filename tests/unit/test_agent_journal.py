@@ -333,7 +333,7 @@ def test_a_flash_cut_journaled_before_the_crash_is_counted_once_and_not_journale
     """The link down/up pair past the cursor is counted from the journal and shown to the
     flash-cut detector; the cut it derives is counted, and not journaled a second time."""
     from nodewarden.agent.exporter import Counters
-    from nodewarden.agent.flashcut import FlashCutDetector
+    from nodewarden.parsing.flashcut import FlashCutDetector
     from nodewarden.agent.follower import KmsgFollower
     from nodewarden.agent.poller import FlashCuts
     from test_agent_state import BOOT_TIME

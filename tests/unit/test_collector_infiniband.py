@@ -11,6 +11,7 @@ import pytest
 
 from nodewarden import events as ev
 from nodewarden.collectors import infiniband as ib
+from nodewarden.sysfs.attrs import parse_counter
 from nodewarden.collectors.infiniband import InfinibandCollector
 from sysfs_trees import FIXTURES, copy_tree, put
 
@@ -49,7 +50,7 @@ class Clock:
     (None, None),
 ])
 def test_parse_counter(text, want):
-    assert ib.parse_counter(text) == want
+    assert parse_counter(text) == want
 
 
 @pytest.mark.parametrize("counter, extended, top", [

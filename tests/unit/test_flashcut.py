@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodewarden import events as ev
-from nodewarden.agent.flashcut import IB_LINK_OUTAGE, FlashCutDetector
+from nodewarden.parsing.flashcut import IB_LINK_OUTAGE, FlashCutDetector
 from nodewarden.collectors.infiniband import InfinibandCollector
 from nodewarden.parsing.envelope import TimeContext
 from nodewarden.parsing.stream import KernelLogParser

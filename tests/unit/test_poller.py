@@ -292,7 +292,7 @@ class FakeIb:
 
 
 def test_port_polls_feed_the_detector_and_its_counts_persist(tmp_path: Path) -> None:
-    flashcut = pytest.importorskip("nodewarden.agent.flashcut")
+    flashcut = pytest.importorskip("nodewarden.parsing.flashcut")
     now = [T0]
     counters = Counters()
     flash = FlashCuts(flashcut.FlashCutDetector(max_seconds=60), counters, clock=lambda: now[0], host="node01")
