@@ -1,7 +1,9 @@
-"""Command line: argument parsing and exit codes only; the work is done in the subpackages.
+"""Command line: argument parsing, dispatch and exit codes only; the work is done in the subpackages.
 
 Exit codes (nodewarden.exitcodes): 0 ok/healthy, 1 unhealthy, 2 usage or configuration error,
-3 could not complete (an input could not be read).
+3 could not complete (an input could not be read, the cluster lost a task, or an unexpected
+error: then with its traceback). :func:`main` is the one place that maps errors to them; the
+commands raise :class:`UsageError` for what the user can fix and return the others' codes.
 """
 
 from __future__ import annotations
@@ -9,11 +11,21 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
+import traceback
 from typing import Sequence
 
 from nodewarden import __version__, exitcodes
+from nodewarden.analysis.cluster import ClusterError
 from nodewarden.events import KINDS, parse_iso_utc
+
+SIGINT_EXIT = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+
+class UsageError(Exception):
+    """A usage or configuration error the user can fix: exit 2 (``exitcodes.USAGE``), the
+    message (naming the argument or file) on stderr, no traceback."""
 
 
 def _time_arg(text: str) -> dt.datetime:
@@ -168,34 +180,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``) and return its exit code.
+
+    The one place errors become exit codes: argparse's own checks exit 2 (SystemExit);
+    :class:`UsageError` is 2 with its message; ``ClusterError`` (a worker process died, the
+    Dask cluster lost a task) is 3 with its message; a closed stdout (``events ... | head``)
+    is 0; Ctrl-C is 130; any other exception is a bug or a fault this code did not foresee:
+    its traceback on stderr and 3 (``exitcodes.INCOMPLETE``, could not complete), never 2.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.USAGE
+    except ClusterError as e:
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.INCOMPLETE
     except BrokenPipeError:  # `nodewarden events ... | head`
         try:
             sys.stdout = None  # type: ignore[assignment]
         finally:
             return exitcodes.OK
     except KeyboardInterrupt:
-        return 130
+        return SIGINT_EXIT
+    except Exception as e:  # noqa: BLE001 - the one catch-all: report it, never as a usage error
+        traceback.print_exc(file=sys.stderr)
+        print(f"nodewarden: {args.command} could not complete: {type(e).__name__}: {e}", file=sys.stderr)
+        return exitcodes.INCOMPLETE
 
 
-def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
+def _ingest(args: argparse.Namespace, kinds: frozenset[str] | None, hosts: frozenset[str] | None = None,
+            link_grace_s: float = 0.0):
+    """``ingest()`` of the command's inputs: (events iterator, stats). ``kinds`` (None: every
+    kind), ``hosts`` and ``link_grace_s`` as :class:`nodewarden.analysis.ingest.Filters` takes
+    them. Raises UsageError when ``--scheduler`` cannot be used (unreachable, no [dask] extra)."""
     from nodewarden.analysis.ingest import Filters, ingest
 
     def on_error(msg: str) -> None:
         print(f"nodewarden: {msg}", file=sys.stderr)
 
-    # analyze derives flash cuts from link down/up pairs: the up of a cut that begins before
-    # --until is read too (the report keeps cuts by their start, and drops those extra lines).
-    grace = 120.0 if args.command == "analyze" else 0.0
-    kinds = args.kind
-    if args.command == "analyze" and kinds is not None and "ib_flash_cut" in kinds:
-        kinds = kinds | {"ib_link_down", "ib_link_up"}  # the pairs the cuts of the logs come from
     # Only the kernel makes a fault: lines user space wrote into the kernel log (facility not
     # kern) are left out and counted (`events --injected` lists them, flagged).
-    filters = Filters(since=args.since, until=args.until, kinds=kinds, hosts=hosts, link_grace_s=grace,
+    filters = Filters(since=args.since, until=args.until, kinds=kinds, hosts=hosts, link_grace_s=link_grace_s,
                       kernel_only=not getattr(args, "injected", False))
     cache_dir = None
     if not getattr(args, "no_cache", True):
@@ -206,45 +234,34 @@ def _ingest(args: argparse.Namespace, hosts: frozenset[str] | None = None):
                       dedupe=not args.no_dedupe, on_error=on_error, jobs=getattr(args, "jobs", 1),
                       cache_dir=cache_dir, scheduler=getattr(args, "scheduler", None),
                       exclude=[args.out] if getattr(args, "out", None) else [])
-    except Exception as e:  # e.g. an unknown --tz, an unreachable --scheduler
-        print(f"nodewarden: {e}", file=sys.stderr)
-        raise SystemExit(exitcodes.USAGE) from None
+    except ClusterError as e:  # raised at once only for a --scheduler that cannot be used
+        raise UsageError(str(e)) from e
 
 
-def _cluster_errors(run):
-    """Run ``run()``; a cluster that lost a parsing task ends the command (exit 3), not a traceback."""
-    from nodewarden.analysis.cluster import ClusterError
+def _input_usage(args: argparse.Namespace) -> str | None:
+    """What is wrong with the input options of events/analyze (``--tz``, the window), or None."""
+    from zoneinfo import ZoneInfo
     try:
-        return run()
-    except ClusterError as e:
-        print(f"nodewarden: {e}", file=sys.stderr)
-        return exitcodes.INCOMPLETE
+        if args.tz.upper() != "UTC":
+            ZoneInfo(args.tz)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        return f"unknown time zone {args.tz!r}"
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        return "--since must be before --until"
+    return None
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    try:
-        from zoneinfo import ZoneInfo
-        if args.tz.upper() != "UTC":
-            ZoneInfo(args.tz)
-    except Exception:
-        print(f"nodewarden: unknown time zone {args.tz!r}", file=sys.stderr)
-        return exitcodes.USAGE
-    if args.since is not None and args.until is not None and args.since >= args.until:
-        print("nodewarden: --since must be before --until", file=sys.stderr)
-        return exitcodes.USAGE
-    events, stats = _ingest(args)
+    problem = _input_usage(args)
+    if problem:
+        raise UsageError(problem)
+    events, stats = _ingest(args, args.kind)
     out = sys.stdout
     write = out.write
-
-    def emit() -> int:
-        for e in events:
-            write(e.to_json())
-            write("\n")
-        out.flush()
-        return exitcodes.OK
-
-    if _cluster_errors(emit) != exitcodes.OK:
-        return exitcodes.INCOMPLETE
+    for e in events:
+        write(e.to_json())
+        write("\n")
+    out.flush()
     if args.stats:
         print(json.dumps({"files": stats.files, "candidate_records": stats.records, "events": stats.events,
                           "unparsed": stats.unparsed, "copies_dropped": stats.copies_dropped,
@@ -255,45 +272,57 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     try:
-        from nodewarden.analysis import report
+        from nodewarden.analysis import report, tables
     except ImportError as e:
-        print(f"nodewarden: analyze needs the [analysis] extra (pandas): {e}", file=sys.stderr)
-        return exitcodes.USAGE
+        if (e.name or "").partition(".")[0] == "nodewarden":  # our own module: a bug, not the extra
+            raise
+        raise UsageError(f"analyze needs the [analysis] extra (pandas): {e}") from e
     problem = _analyze_usage(args)
     if problem:
-        print(f"nodewarden: {problem}", file=sys.stderr)
-        return exitcodes.USAGE
+        raise UsageError(problem)
     hosts = frozenset(h.strip() for h in args.hosts.split(",") if h.strip()) if args.hosts else None
-    events, stats = _ingest(args, hosts)
+    events, stats = _ingest(args, tables.kinds_to_read(args.kind), hosts, link_grace_s=tables.FLASH_CUT_GRACE_S)
     try:
-        rc = _cluster_errors(lambda: report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
-                                                paper_dir=args.paper_tables, nodes=args.nodes, window=args.window))
-        if hosts is not None and stats.events == 0:
-            print(f"nodewarden: no event of --hosts {','.join(sorted(hosts))} in the inputs", file=sys.stderr)
-        return rc
-    except OSError as e:  # --out not writable
-        print(f"nodewarden: cannot write the report: {e}", file=sys.stderr)
-        return exitcodes.USAGE
-    except ValueError as e:  # a --paper-tables file that is no table
-        print(f"nodewarden: {e}", file=sys.stderr)
-        return exitcodes.USAGE
+        rc = report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
+                        paper_dir=args.paper_tables, nodes=args.nodes, window=args.window)
+    except OSError as e:
+        if args.out is not None and _names_path_in(e, args.out):  # --out not writable
+            raise UsageError(f"cannot write the report: {e}") from e
+        raise
+    if hosts is not None and stats.events == 0:
+        print(f"nodewarden: no event of --hosts {','.join(sorted(hosts))} in the inputs", file=sys.stderr)
+    return rc
+
+
+def _names_path_in(e: OSError, directory: str) -> bool:
+    """Whether ``e`` is about ``directory`` or a path below it (its ``filename``/``filename2``)."""
+    top = os.path.abspath(directory)
+    for name in (e.filename, e.filename2):
+        if name is None:
+            continue
+        path = os.path.abspath(os.fsdecode(name))
+        if path == top or path.startswith(top.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def _analyze_usage(args: argparse.Namespace) -> str | None:
-    """What is wrong with analyze's arguments (checked before any file is read), or None."""
-    import os
-    from zoneinfo import ZoneInfo
-    try:
-        if args.tz.upper() != "UTC":
-            ZoneInfo(args.tz)
-    except Exception:
-        return f"unknown time zone {args.tz!r}"
-    if args.since is not None and args.until is not None and args.since >= args.until:
-        return "--since must be before --until"
+    """What is wrong with analyze's arguments (checked before any log is read), or None. The
+    ``--paper-tables`` files are read here, so a file that is no table is a usage error."""
+    from nodewarden.analysis import tables
+    problem = _input_usage(args)
+    if problem:
+        return problem
     if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
         return f"--out {args.out}: exists and is not a directory"
     if args.paper_tables is not None and not os.path.isdir(args.paper_tables):
         return f"--paper-tables {args.paper_tables}: not a directory"
+    if args.paper_tables is not None:
+        for name in tables.PAPER_FILES:
+            try:
+                tables.read_paper_table(name, args.paper_tables)
+            except ValueError as e:  # not a CSV table, or a column missing
+                return str(e)
     if args.hosts is not None and not any(h.strip() for h in args.hosts.split(",")):
         return "--hosts names no host"
     return None
@@ -303,9 +332,8 @@ def cmd_xid(args: argparse.Namespace) -> int:
     from nodewarden import catalog
     try:
         policy = catalog.load_policy(path=args.policy) if args.policy else None
-    except (OSError, ValueError) as e:
-        print(f"nodewarden: {e}", file=sys.stderr)
-        return exitcodes.USAGE
+    except (OSError, ValueError) as e:  # the operator's policy file: unreadable, or not a policy
+        raise UsageError(str(e)) from e
     if args.json:
         print(json.dumps(catalog.as_dict(args.code, policy), indent=2))
     else:
@@ -345,9 +373,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         summary = simulate.simulate(args.out, nodes=args.nodes, days=args.days, seed=args.seed, rates=args.rates,
                                     start=args.start, noise_per_node_day=args.noise)
-    except (OSError, ValueError) as e:
-        print(f"nodewarden: {e}", file=sys.stderr)
-        return exitcodes.USAGE
+    except (OSError, ValueError) as e:  # --out not writable; a --rates file that is no fleet's rates
+        raise UsageError(str(e)) from e
     print(json.dumps(summary))
     return exitcodes.OK
 

@@ -1,9 +1,53 @@
-"""NVML reads shared by the agent's NVML collector and the validator's checks.
+"""The one NVML session: every NVML call nodewarden makes goes through this module.
 
-Nothing here opens NVML (no ``nvmlInit``): each function takes the pynvml module its caller
-initialised and a device handle, so that the collector's session (and its timeout path: the
-agent's worker thread) and the validator's NVML snapshot (its daemon thread with a timeout) stay
-the only places that talk to the driver.
+NVML (``libnvidia-ml.so.1``, through NVIDIA's nvidia-ml-py binding ``pynvml``) is read by the
+agent's NVML collector, the validator's checks (their NVML snapshot), hardware-profile
+auto-detection and the agent's GPU-busy probe. They share four rules, each written once here:
+
+Session (:func:`init`, :meth:`Session.shutdown`)
+    ``nvmlInit`` -> a :class:`Session`, or ``(None, why)`` without nvidia-ml-py, without the
+    library (``NVML_ERROR_LIBRARY_NOT_FOUND``) or without a loaded driver
+    (``NVML_ERROR_DRIVER_NOT_LOADED``): no NVML is no data, never an error.
+Call wrapper (:meth:`Session.call`)
+    ``NVML_ERROR_NOT_SUPPORTED`` / ``NVML_ERROR_FUNCTION_NOT_FOUND`` (or a binding without the
+    function): absent, ``None``. ``NVML_ERROR_GPU_IS_LOST``: :class:`GpuLost` (the GPU fell off
+    the bus: the caller stops asking it). Any other nvmlReturn_t: :class:`NvmlCallError`.
+Timeout (:func:`call_with_timeout`, :func:`query`)
+    NVML calls block as long as the driver does; a wedged driver (after an Xid 79, a GPU in
+    reset) blocks them for ever, and a thread blocked in C cannot be interrupted. So every caller
+    runs its NVML work in a daemon thread and waits ``timeout_s``: past it, :class:`NvmlTimeout`,
+    the thread left blocked in the driver. While any such thread is still blocked, a new call
+    raises :class:`NvmlTimeout` at once without starting a thread: one wedged driver costs one
+    timeout per process, not one per caller, and blocked threads never pile up. Daemon threads
+    (not ``concurrent.futures``, whose workers the interpreter joins at exit) so that a process
+    can always exit.
+Clock-event reasons (:data:`CLOCK_EVENT_REASONS`, :func:`decode_clock_event_reasons`)
+    One table of the ``nvmlClocksEventReason*`` bits, with nvml.h's names; the JSON report and
+    the ``reason`` label of ``nodewarden_gpu_clocks_event_reasons`` both use them.
+
+Besides, the readers both the collector and the checks use (:func:`identity`,
+:func:`clock_event_reasons`, :func:`nvlink_states`, :func:`read_recovery_action`) and the
+NVIDIA device minor of a PCI function (:class:`GpuMinors`, from the driver's procfs files).
+
+Clock-event reasons
+-------------------
+``nvmlDeviceGetCurrentClocksEventReasons`` (r535 and later; ``...ClocksThrottleReasons`` before,
+same bits) returns a mask of why the clocks are below the maximum. nvml.h names
+(``nvmlClocksEventReason*``, ``nvmlClocksThrottleReason*`` before r535) and our names
+(nvidia-smi's wording in ``-q -d PERFORMANCE``, snake case)::
+
+    0x001 GpuIdle                    gpu_idle
+    0x002 ApplicationsClocksSetting  applications_clocks_setting
+    0x004 SwPowerCap                 sw_power_cap
+    0x008 HwSlowdown                 hw_slowdown               fault
+    0x010 SyncBoost                  sync_boost
+    0x020 SwThermalSlowdown          sw_thermal_slowdown       fault
+    0x040 HwThermalSlowdown          hw_thermal_slowdown       fault
+    0x080 HwPowerBrakeSlowdown       hw_power_brake_slowdown   fault
+    0x100 DisplayClockSetting        display_clock_setting
+
+A fault is a reason that holds a working GPU's clocks down because of its hardware or cooling
+(slowdown, thermal, power brake); the others are policy or idleness.
 
 GPU recovery action
 -------------------
@@ -39,25 +83,350 @@ treated alike), a very old one lacks ``nvmlDeviceGetFieldValues`` itself:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import logging
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, TypeVar
 
+from nodewarden.parsing.pci import normalize_pci
 from nodewarden.parsing.xid import RECOVERY_ACTIONS as _XID_RECOVERY_ACTIONS
 
-NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+log = logging.getLogger(__name__)
 
-# nvmlReturn_t values (nvml.h) the readers act on.
+T = TypeVar("T")
+
+# An NVML operation of the validator (a snapshot, profile auto-detection) that has not returned
+# after this many seconds is taken as a hung driver (the checks' ``nvml_timeout_seconds``).
+DEFAULT_TIMEOUT_S = 30.0
+
+# nvmlReturn_t values (nvml.h) the callers act on.
 NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 RETURN_NAMES = {
     0: "NVML_SUCCESS", 1: "NVML_ERROR_UNINITIALIZED", 2: "NVML_ERROR_INVALID_ARGUMENT",
     3: "NVML_ERROR_NOT_SUPPORTED", 4: "NVML_ERROR_NO_PERMISSION", 6: "NVML_ERROR_NOT_FOUND",
-    9: "NVML_ERROR_DRIVER_NOT_LOADED", 10: "NVML_ERROR_TIMEOUT", 13: "NVML_ERROR_FUNCTION_NOT_FOUND",
-    15: "NVML_ERROR_GPU_IS_LOST", 999: "NVML_ERROR_UNKNOWN",
+    9: "NVML_ERROR_DRIVER_NOT_LOADED", 10: "NVML_ERROR_TIMEOUT", 12: "NVML_ERROR_LIBRARY_NOT_FOUND",
+    13: "NVML_ERROR_FUNCTION_NOT_FOUND", 15: "NVML_ERROR_GPU_IS_LOST", 999: "NVML_ERROR_UNKNOWN",
 }
+# A call answering one of these: the query does not exist on this driver/GPU/binding (absent).
+_ABSENT = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
+# A call answering one of these: NVML itself went away (driver unloaded): initialise again.
+NO_DRIVER = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND)
 _LACKS_FIELD = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_FUNCTION_NOT_FOUND)
+
+NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
+NVLINK_MAX_LINKS = 18  # when pynvml does not say (NVML_NVLINK_MAX_LINKS: 18 before r570, then 36)
+
+
+def return_name(ret: int) -> str:
+    """``3`` -> ``NVML_ERROR_NOT_SUPPORTED`` (``nvmlReturn_t N`` for a value not listed)."""
+    return RETURN_NAMES.get(ret, f"nvmlReturn_t {ret}")
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+class GpuLost(Exception):
+    """A call answered ``NVML_ERROR_GPU_IS_LOST`` (the GPU fell off the bus, Xid 79): ``call``
+    names the NVML function. Nothing more can be read from that GPU until it is reset."""
+
+    def __init__(self, call: str) -> None:
+        super().__init__(f"{call}: NVML_ERROR_GPU_IS_LOST")
+        self.call = call
+
+
+class NvmlCallError(Exception):
+    """A call answered an nvmlReturn_t that is neither success, absent nor lost: ``call`` (the
+    NVML function), ``ret`` (the nvmlReturn_t)."""
+
+    def __init__(self, call: str, ret: int) -> None:
+        super().__init__(f"{call}: {return_name(ret)}")
+        self.call = call
+        self.ret = ret
+
+
+class NvmlTimeout(Exception):
+    """NVML did not answer: ``what`` did not return within ``seconds`` (its thread is left
+    blocked in the driver), or (``blocked`` set) an earlier call, ``blocked``, is still blocked
+    in the driver after its own timeout, so ``what`` was not started."""
+
+    def __init__(self, what: str, seconds: float, blocked: str | None = None, blocked_s: float = 0.0) -> None:
+        if blocked is None:
+            text = f"NVML did not answer within {seconds:g} s ({what})"
+        else:
+            text = (f"NVML did not answer: {blocked} has been blocked in the driver for {blocked_s:.0f} s "
+                    f"({what} not started)")
+        super().__init__(text)
+        self.what = what
+        self.seconds = seconds
+        self.blocked = blocked
+
+
+# ---- the one timeout --------------------------------------------------------------------------
+
+_lock = threading.Lock()
+# Calls past their timeout whose thread is still blocked in the driver: thread id -> (what,
+# time.monotonic() when the call started). Non-empty: the driver is taken as wedged.
+_blocked: dict[int, tuple[str, float]] = {}
+
+
+def blocked_calls() -> dict[str, float]:
+    """The NVML calls still blocked in the driver after their timeout: what -> seconds since
+    they started (time.monotonic). Empty when NVML answers."""
+    now = time.monotonic()
+    with _lock:
+        return {what: now - t0 for what, t0 in _blocked.values()}
+
+
+def call_with_timeout(fn: Callable[..., T], timeout_s: float, *args: Any, what: str = "NVML call") -> T:
+    """``fn(*args)`` run in a daemon thread, waited for ``timeout_s`` seconds (finite, > 0);
+    returns its value or raises its exception in the caller's thread.
+
+    Raises :class:`NvmlTimeout` when it has not returned after ``timeout_s`` (the thread stays
+    blocked; it is forgotten when it returns), and at once, starting no thread, while an earlier
+    call is still blocked past its timeout. ``what`` names the call in the error and the thread.
+    ValueError for a bad ``timeout_s``."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
+            math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s must be a finite number of seconds > 0 (got {timeout_s!r})")
+    with _lock:
+        if _blocked:
+            first, t0 = min(_blocked.values(), key=lambda v: v[1])
+            raise NvmlTimeout(what, timeout_s, blocked=first, blocked_s=time.monotonic() - t0)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+    started = time.monotonic()
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+        finally:
+            with _lock:
+                _blocked.pop(threading.get_ident(), None)
+                box["done"] = True
+            done.set()
+
+    t = threading.Thread(target=target, name=f"nvml: {what}", daemon=True)
+    t.start()
+    if not done.wait(timeout_s):
+        with _lock:
+            if not box.get("done"):
+                assert t.ident is not None
+                _blocked[t.ident] = (what, started)
+                raise NvmlTimeout(what, timeout_s)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+# ---- the session ------------------------------------------------------------------------------
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class Session:
+    """An initialised NVML (``nvmlInit`` done, by :func:`init`); ``nv`` is the pynvml module.
+    Its methods block as long as the driver does: run them under :func:`call_with_timeout`
+    (or :func:`query`)."""
+
+    def __init__(self, nv: Any) -> None:
+        self.nv = nv
+
+    def has(self, fn: str) -> bool:
+        """True when the binding has the NVML function ``fn`` (the library may still lack it)."""
+        return getattr(self.nv, fn, None) is not None
+
+    def _invoke(self, fn: str, *args: Any) -> Any:
+        """``pynvml.<fn>(*args)``; raises GpuLost on NVML_ERROR_GPU_IS_LOST, NvmlCallError
+        (NVML_ERROR_FUNCTION_NOT_FOUND for a binding without ``fn``) on any other error."""
+        f = getattr(self.nv, fn, None)
+        if f is None:
+            raise NvmlCallError(fn, NVML_ERROR_FUNCTION_NOT_FOUND)
+        try:
+            return f(*args)
+        except self.nv.NVMLError as e:
+            ret = int(e.value)
+            if ret == NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost(fn) from None
+            raise NvmlCallError(fn, ret) from None
+
+    def call(self, fn: str, *args: Any) -> Any:
+        """The call wrapper: ``pynvml.<fn>(*args)``'s value, or None when the query is absent
+        (``NVML_ERROR_NOT_SUPPORTED``, ``NVML_ERROR_FUNCTION_NOT_FOUND``, a binding without
+        ``fn``). Raises :class:`GpuLost` on ``NVML_ERROR_GPU_IS_LOST``, :class:`NvmlCallError` on
+        any other nvmlReturn_t."""
+        try:
+            return self._invoke(fn, *args)
+        except NvmlCallError as e:
+            if e.ret in _ABSENT:
+                return None
+            raise
+
+    def value(self, fn: str, *args: Any) -> Any:
+        """:meth:`call`, with an error (:class:`NvmlCallError`) also None, logged at debug
+        level: for a reading whose failure is no finding (a temperature, a clock). Raises
+        :class:`GpuLost`."""
+        try:
+            return self.call(fn, *args)
+        except NvmlCallError as e:
+            log.debug("%s", e)
+            return None
+
+    def count(self) -> int:
+        """``nvmlDeviceGetCount``: GPUs the driver enumerates. Raises NvmlCallError."""
+        return int(self.call("nvmlDeviceGetCount") or 0)
+
+    def handle(self, index: int) -> Any:
+        """``nvmlDeviceGetHandleByIndex(index)``; None when not supported. Raises GpuLost,
+        NvmlCallError."""
+        return self.call("nvmlDeviceGetHandleByIndex", index)
+
+    def shutdown(self) -> None:
+        """``nvmlShutdown`` (NVML counts nvmlInit/nvmlShutdown pairs); an error is ignored: the
+        driver is going or gone, there is nothing to release."""
+        try:
+            self.nv.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def init() -> tuple[Session | None, str]:
+    """``nvmlInit``: ``(Session, "")``, or ``(None, why)`` without nvidia-ml-py or when nvmlInit
+    fails (no ``libnvidia-ml.so.1``: NVML_ERROR_LIBRARY_NOT_FOUND; no driver:
+    NVML_ERROR_DRIVER_NOT_LOADED ...). Never raises; blocks as long as the driver does."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, "nvidia-ml-py (pynvml) is not installed"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return None, f"nvmlInit: {return_name(int(e.value))} ({e})"
+    except OSError as e:  # a library that loads but is not NVML
+        return None, f"nvmlInit: {e}"
+    return Session(pynvml), ""
+
+
+def query(fn: Callable[[Session], T], timeout_s: float, what: str) -> tuple[T | None, str]:
+    """One NVML operation from init to shutdown, under :func:`call_with_timeout`: ``(fn(session),
+    "")``, or ``(None, why)`` without NVML (:func:`init`). Raises :class:`NvmlTimeout` when it
+    does not return within ``timeout_s``; ``fn``'s own exceptions (GpuLost, NvmlCallError)
+    propagate."""
+
+    def run() -> tuple[T | None, str]:
+        s, why = init()
+        if s is None:
+            return None, why
+        try:
+            return fn(s), ""
+        finally:
+            s.shutdown()
+
+    return call_with_timeout(run, timeout_s, what=what)
+
+
+# ---- readers the collector and the checks share -------------------------------------------------
+
+class GpuIdentity(NamedTuple):
+    """What names a GPU; None for a query it does not answer."""
+
+    uuid: str | None         # nvmlDeviceGetUUID
+    pci_bus_id: str | None   # nvmlDeviceGetPciInfo busId, normalized (0000:18:00.0)
+    name: str | None         # nvmlDeviceGetName, the product name
+    minor: int | None        # nvmlDeviceGetMinorNumber (/dev/nvidia<minor>)
+
+
+def identity(s: Session, h: Any) -> GpuIdentity:
+    """GPU ``h``'s identity (:meth:`Session.value` each). Raises GpuLost."""
+    uuid, pci = s.value("nvmlDeviceGetUUID", h), s.value("nvmlDeviceGetPciInfo", h)
+    name, minor = s.value("nvmlDeviceGetName", h), s.value("nvmlDeviceGetMinorNumber", h)
+    return GpuIdentity(_text(uuid) if uuid is not None else None,
+                       normalize_pci(_text(pci.busId)) if pci is not None else None,
+                       _text(name) if name is not None else None,
+                       int(minor) if minor is not None else None)
+
+
+CLOCK_EVENT_REASONS_CALLS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+
+
+def clock_event_reasons(s: Session, h: Any) -> tuple[int | None, str | None]:
+    """``(mask, call)``: GPU ``h``'s nvmlClocksEventReason mask and the call that answered,
+    ``nvmlDeviceGetCurrentClocksEventReasons`` (r535 and later), else
+    ``nvmlDeviceGetCurrentClocksThrottleReasons`` (same bits); ``(None, None)`` when neither
+    answers. Raises GpuLost."""
+    for fn in CLOCK_EVENT_REASONS_CALLS:
+        v = s.value(fn, h)
+        if v is not None:
+            return int(v), fn
+    return None, None
+
+
+def nvlink_states(s: Session, h: Any) -> dict[int, bool]:
+    """link -> active (``nvmlDeviceGetNvLinkState``) for each NVLink link GPU ``h`` answers
+    for, 0 .. ``NVML_NVLINK_MAX_LINKS``-1; {} for a GPU without NVLink (link 0 does not answer:
+    a PCIe card). Raises GpuLost."""
+    out: dict[int, bool] = {}
+    for link in range(int(getattr(s.nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
+        state = s.value("nvmlDeviceGetNvLinkState", h, link)
+        if state is None:
+            if link == 0:  # no NVLink at all: the other links answer the same
+                break
+            continue
+        out[link] = bool(state)
+    return out
+
+
+# ---- clock-event reasons ------------------------------------------------------------------------
+
+class ClockEventReason(NamedTuple):
+    """One nvmlClocksEventReason bit: our ``name`` (the report and the ``reason`` label) and
+    whether it is a ``fault`` (hardware or cooling holds the clocks down)."""
+
+    name: str
+    fault: bool
+
+
+# nvmlClocksEventReason* bits (nvml.h; see the module docstring).
+CLOCK_EVENT_REASONS: dict[int, ClockEventReason] = {
+    0x001: ClockEventReason("gpu_idle", False),                    # nvmlClocksEventReasonGpuIdle
+    0x002: ClockEventReason("applications_clocks_setting", False),  # ...ApplicationsClocksSetting
+    0x004: ClockEventReason("sw_power_cap", False),                # ...SwPowerCap
+    0x008: ClockEventReason("hw_slowdown", True),                  # ...HwSlowdown
+    0x010: ClockEventReason("sync_boost", False),                  # ...SyncBoost
+    0x020: ClockEventReason("sw_thermal_slowdown", True),          # ...SwThermalSlowdown
+    0x040: ClockEventReason("hw_thermal_slowdown", True),          # ...HwThermalSlowdown
+    0x080: ClockEventReason("hw_power_brake_slowdown", True),      # ...HwPowerBrakeSlowdown
+    0x100: ClockEventReason("display_clock_setting", False),       # ...DisplayClockSetting
+}
+_KNOWN_CLOCK_BITS = sum(CLOCK_EVENT_REASONS)
+
+
+def decode_clock_event_reasons(mask: int) -> tuple[list[str], list[str]]:
+    """``(faults, informational)``: the names of the reasons set in an nvmlClocksEventReason
+    ``mask``, in bit order; bits the table lacks (a newer driver) as one ``0x..`` entry in
+    informational. ``0x28`` -> ``(["hw_slowdown", "sw_thermal_slowdown"], [])``."""
+    faults, info = [], []
+    for bit, reason in CLOCK_EVENT_REASONS.items():
+        if mask & bit:
+            (faults if reason.fault else info).append(reason.name)
+    unknown = mask & ~_KNOWN_CLOCK_BITS
+    if unknown:
+        info.append(f"0x{unknown:x}")
+    return faults, info
+
+
+# ---- GPU recovery action ------------------------------------------------------------------------
 
 # nvmlDeviceGpuRecoveryAction_t -> our name (the ``action`` label and event attribute). NVML numbers
 # the actions as the driver's Xid 154 prints them: one table, the parser's.
@@ -87,11 +456,6 @@ def recovery_action_name(code: int) -> str:
     return RECOVERY_ACTIONS.get(code, RECOVERY_UNKNOWN)
 
 
-def return_name(ret: int) -> str:
-    """``3`` -> ``NVML_ERROR_NOT_SUPPORTED`` (``nvmlReturn_t N`` for a value not listed)."""
-    return RETURN_NAMES.get(ret, f"nvmlReturn_t {ret}")
-
-
 def driver_lacks_field(ret: int) -> bool:
     """True when ``ret`` (from :func:`read_recovery_action`) means this driver or GPU has no
     recovery-action field at all (not supported, a field id it does not know, no
@@ -116,25 +480,52 @@ def _field_value(v: Any) -> int:
     return int(getattr(v.value, member))
 
 
-def read_recovery_action(nv: Any, handle: Any) -> FieldRead:
-    """GPU ``handle``'s recovery action: ``nv.nvmlDeviceGetFieldValues(handle,
-    [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])`` (``nv``: the initialised pynvml module).
+def read_recovery_action(s: Session, h: Any) -> FieldRead:
+    """GPU ``h``'s recovery action: ``nvmlDeviceGetFieldValues(h,
+    [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])``.
 
     Returns ``FieldRead(code, 0)``, code an ``nvmlDeviceGpuRecoveryAction_t`` (unitless), or
-    ``FieldRead(None, ret)``: the call's error (``NVML_ERROR_GPU_IS_LOST``, ...) or the value's
-    own ``nvmlReturn`` (``NVML_ERROR_NOT_SUPPORTED`` on a driver without the field:
-    :func:`driver_lacks_field`); ``NVML_ERROR_FUNCTION_NOT_FOUND`` when pynvml or the library
-    has no ``nvmlDeviceGetFieldValues``. Never raises an NVMLError; it blocks as long as the
-    driver does (callers bound it with their own timeout)."""
-    fn = getattr(nv, "nvmlDeviceGetFieldValues", None)
-    if fn is None:
-        return FieldRead(None, NVML_ERROR_FUNCTION_NOT_FOUND)
+    ``FieldRead(None, ret)``: the call's error or the value's own ``nvmlReturn``
+    (``NVML_ERROR_NOT_SUPPORTED`` on a driver without the field: :func:`driver_lacks_field`);
+    ``NVML_ERROR_FUNCTION_NOT_FOUND`` when pynvml or the library has no
+    ``nvmlDeviceGetFieldValues``. Raises :class:`GpuLost` when the call or the value answers
+    NVML_ERROR_GPU_IS_LOST (the call wrapper's rule)."""
     try:
-        values = fn(handle, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
-    except nv.NVMLError as e:
-        return FieldRead(None, int(e.value))
+        values = s._invoke("nvmlDeviceGetFieldValues", h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+    except NvmlCallError as e:
+        return FieldRead(None, e.ret)
     v = values[0]
     ret = int(v.nvmlReturn)
+    if ret == NVML_ERROR_GPU_IS_LOST:
+        raise GpuLost("nvmlDeviceGetFieldValues")
     if ret != NVML_SUCCESS:
         return FieldRead(None, ret)
     return FieldRead(_field_value(v), NVML_SUCCESS)
+
+
+# ---- GPU minor numbers --------------------------------------------------------------------------
+
+class GpuMinors:
+    """NVIDIA device minor numbers (``/dev/nvidia<minor>``, NVML's nvmlDeviceGetMinorNumber) by
+    PCI bus id, read from the driver's procfs files
+    ``<procfs>/driver/nvidia/gpus/<DDDD:BB:DD.F>/information`` (line ``Device Minor: 	 3``), so
+    that a kernel-log line naming a PCI function is labelled without an NVML call. ``procfs`` is
+    a parameter so tests use a fixture tree."""
+
+    def __init__(self, procfs: str | os.PathLike[str] = "/proc") -> None:
+        self.root = Path(procfs) / "driver" / "nvidia" / "gpus"
+
+    def __call__(self, pci_bus_id: str | None) -> str:
+        """The minor as a string, or ``""`` when the file or the line is absent (no driver,
+        a GPU that fell off the bus, a bus id the driver does not know). Never raises."""
+        if not pci_bus_id or "/" in pci_bus_id:
+            return ""
+        try:
+            text = (self.root / pci_bus_id.lower() / "information").read_text(errors="replace")
+        except OSError:
+            return ""
+        for line in text.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() == "Device Minor":
+                return value.strip()
+        return ""

@@ -44,7 +44,6 @@ from nodewarden.events import FaultEvent
 
 SLACK_S = 3.0  # how long a sysfs rise waits for its kernel-log record, and how much older than a poll's interval a record may be
 MAX_REMEMBERED = 10_000  # kernel-log records remembered at most (an AER storm on a root port the collector does not read)
-COLLECTOR = "pcie"  # the polled collector whose pcie_aer events are candidates
 
 
 @dataclasses.dataclass
@@ -105,9 +104,9 @@ class AerReconciler:
         return []
 
     def from_sysfs(self, events: Iterable[FaultEvent]) -> list[FaultEvent]:
-        """The events of one pcie collector poll to count now: the non-AER ones as they are, its
-        ``pcie_aer`` candidates held (see the module docstring), and earlier candidates whose
-        wait is over, with the records the log did not print."""
+        """The events of one polled collector's poll to count now: the non-AER ones as they are,
+        its ``pcie_aer`` candidates held (see the module docstring), and earlier candidates
+        whose wait is over, with the records the log did not print."""
         out: list[FaultEvent] = []
         with self._lock:
             now = self.clock()

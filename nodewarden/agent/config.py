@@ -12,7 +12,8 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     sysfs = "/sys"                       # roots the collectors read
     procfs = "/proc"
 
-    [collectors]                         # each true (default) or false
+    [collectors]                         # each true (default) or false; the keys are
+                                         # nodewarden.collectors.NAMES
     kernel_log = true
     nvml = true
     infiniband = true
@@ -69,9 +70,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
+from nodewarden import collectors
+
 DEFAULT_PATH = "/etc/nodewarden/agent.toml"
 LOG_LEVELS = ("debug", "info", "warning", "error")
-COLLECTORS = ("kernel_log", "nvml", "infiniband", "edac", "pcie", "netclass")
+COLLECTORS = collectors.NAMES  # the [collectors] keys: every collector the registry lists, in its order
 
 
 class ConfigError(ValueError):
@@ -138,12 +141,6 @@ class AgentConfig:
 
 class _Bad(Exception):
     pass
-
-
-def _string(v: Any) -> str:
-    if not isinstance(v, str):
-        raise _Bad("expected a string")
-    return v
 
 
 def _nonempty(v: Any) -> str:

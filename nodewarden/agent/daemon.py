@@ -25,7 +25,7 @@ Failure behaviour:
 * ``/dev/kmsg`` cannot be opened (no CAP_SYSLOG while ``kernel.dmesg_restrict=1``) or fails
   while reading: logged, ``nodewarden_collector_success{collector="kernel_log"} 0``, retried every
   :data:`KMSG_RETRY_S` seconds; ``/metrics`` and ``/healthz`` keep answering.
-* A polled collector's module missing: that collector disabled, logged. One that raises or
+* A polled collector whose constructor fails: that collector disabled, logged. One that raises or
   hangs: its ``collector_success`` 0, its last snapshot served (:mod:`nodewarden.agent.poller`).
 * State directory read-only or full: logged, counted in
   ``nodewarden_collector_state_write_errors_total``, counting goes on in memory.
@@ -49,16 +49,16 @@ from nodewarden.agent import config as cf
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
 from nodewarden.agent import webconfig
-from nodewarden.agent.aer import COLLECTOR as AER_COLLECTOR
 from nodewarden.agent.aer import SLACK_S as AER_SLACK_S
 from nodewarden.agent.aer import AerReconciler
-from nodewarden.agent.exporter import Counters, GpuMinors, SeriesKey
+from nodewarden.agent.exporter import Counters, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
 from nodewarden.agent.schedule import REPORT_FILE, ReportWatcher, Scheduler
 from nodewarden.agent.server import AgentHTTPServer, FdLimitError, ServerSettings, parse_listen
-from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now
 from nodewarden.events import FaultEvent, iso_utc
+from nodewarden.kmsg import KmsgReader, boot_wall_time
+from nodewarden.nvml import GpuMinors
 
 log = logging.getLogger("nodewarden.agent")
 
@@ -113,7 +113,7 @@ class Agent:
         if reader.boot_id is None:
             log.warning("%s unreadable: a reboot is recognised by sequence numbers only", self.cfg.boot_id_path)
         follower = KmsgFollower(reader, self.counters, self.store, host=self.host, gpu_of=self.gpu_of,
-                                boot_time=boot_time_now(), position=self.position, journaled=self.journaled,
+                                boot_time=boot_wall_time(), position=self.position, journaled=self.journaled,
                                 lock=self.lock, observer=self.observer,
                                 accept_injected=self.cfg.accept_injected)
         try:
@@ -309,10 +309,10 @@ def run(args: argparse.Namespace) -> int:
     counters.load_json(saved.counters)
     detector = load_detector(cfg.flash_cut_max_seconds)
     flash = FlashCuts(detector, counters, host=host) if detector is not None else None
-    # The pcie collector's sysfs AER rises and the kernel log's AER records: one event per error.
-    aer = AerReconciler(window_s=cfg.poll_interval_seconds + AER_SLACK_S) if cfg.enabled(AER_COLLECTOR) else None
+    collectors = build_collectors(cfg.enabled_collectors, cfg.sysfs, host)
+    # The polled collectors' sysfs AER rises and the kernel log's AER records: one event per error.
+    aer = AerReconciler(window_s=cfg.poll_interval_seconds + AER_SLACK_S) if collectors else None
     agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host, observer=kernel_observer(flash, aer))
-    collectors = build_collectors([c for c in cfg.enabled_collectors if c != ex.KERNEL_LOG], cfg.sysfs, host)
     sink: EventSink | None = None
     if collectors:
         sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host, aer=aer)

@@ -169,10 +169,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 import threading
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -297,33 +295,6 @@ LEGACY: dict[str, tuple[Family, tuple[str, ...]]] = {
 
 Increment = tuple[Family, tuple[str, ...], float]
 SeriesKey = tuple[str, tuple[str, ...]]
-
-
-# ---------------------------------------------------------------------------------------------
-# GPU minor numbers
-
-class GpuMinors:
-    """NVIDIA device minor numbers (``/dev/nvidia<minor>``) by PCI bus id, read from the
-    driver's procfs files ``<procfs>/driver/nvidia/gpus/<DDDD:BB:DD.F>/information``
-    (line ``Device Minor: 	 3``). ``procfs`` is a parameter so tests use a fixture tree."""
-
-    def __init__(self, procfs: str | os.PathLike[str] = "/proc") -> None:
-        self.root = Path(procfs) / "driver" / "nvidia" / "gpus"
-
-    def __call__(self, pci_bus_id: str | None) -> str:
-        """The minor as a string, or ``""`` when the file or the line is absent (no driver,
-        a GPU that fell off the bus, a bus id the driver does not know). Never raises."""
-        if not pci_bus_id or "/" in pci_bus_id:
-            return ""
-        try:
-            text = (self.root / pci_bus_id.lower() / "information").read_text(errors="replace")
-        except OSError:
-            return ""
-        for line in text.splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() == "Device Minor":
-                return value.strip()
-        return ""
 
 
 # ---------------------------------------------------------------------------------------------

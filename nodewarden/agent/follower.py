@@ -14,7 +14,7 @@ How "exactly once" works (see also :mod:`nodewarden.agent.state`):
   Records the buffer dropped meanwhile show as a gap in sequence numbers: counted in
   ``nodewarden_collector_kmsg_lost_records_total``.
 
-The record source is a parameter (:class:`RecordSource`): :class:`~nodewarden.collectors.kernel_log.KmsgReader`
+The record source is a parameter (:class:`RecordSource`): :class:`~nodewarden.kmsg.KmsgReader`
 on ``/dev/kmsg`` in the agent, a list of recorded records in unit tests.
 
 Other threads (the polled collectors, :mod:`nodewarden.agent.poller`) count into the same
@@ -35,6 +35,7 @@ from nodewarden.agent import exporter as ex
 from nodewarden.agent.exporter import Counters
 from nodewarden.agent.state import AgentState, KmsgPosition, StateStore, event_key, journal_tail
 from nodewarden.events import FaultEvent
+from nodewarden.kmsg import seconds_since_boot
 from nodewarden.parsing.envelope import TimeContext, ascii_uint, parse_kmsg_record
 from nodewarden.parsing.stream import KernelLogParser
 
@@ -46,11 +47,6 @@ RETRY_S = 5.0  # after a failed state.json write, the next try comes this much l
 # At start, an incomplete record (MCE head without its last line) at the end of the buffer is
 # completed at once when the buffer's newest record is older than this: its lines are not coming.
 STALE_HELD_S = 2.0  # = the MCE line window of nodewarden.parsing.stream (MCE_WINDOW_S)
-
-
-def boottime_now() -> float:
-    """Seconds since boot on CLOCK_BOOTTIME, the clock of /dev/kmsg timestamps."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 class RecordSource(Protocol):
@@ -93,7 +89,7 @@ class KmsgFollower:
     """The kernel-log collector of the agent.
 
     source: records (KmsgReader). counters: where increments go. store: journal and state.json.
-    host: host label of events. gpu_of: PCI bus id -> ``gpu`` label (:class:`~nodewarden.agent.exporter.GpuMinors`).
+    host: host label of events. gpu_of: PCI bus id -> ``gpu`` label (:class:`~nodewarden.nvml.GpuMinors`).
     boot_time: wall time of boot (kmsg stamps are seconds since boot). position: the saved cursor.
     journaled: keys (:func:`~nodewarden.agent.state.event_key`) of events counted already and
     not to be counted or journaled again; at :meth:`catch_up` the journal's events past the
@@ -110,7 +106,7 @@ class KmsgFollower:
     def __init__(self, source: RecordSource, counters: Counters, store: StateStore, *, host: str | None,
                  gpu_of: Callable[[str | None], str], boot_time: dt.datetime | None,
                  position: KmsgPosition | None, journaled: Iterable[tuple[Any, ...]] = (),
-                 clock: Callable[[], float] = boottime_now, lock: threading.RLock | None = None,
+                 clock: Callable[[], float] = seconds_since_boot, lock: threading.RLock | None = None,
                  observer: Callable[[list[FaultEvent]], list[FaultEvent]] | None = None,
                  accept_injected: bool = False) -> None:
         self.source = source

@@ -1,6 +1,7 @@
 """The polled collectors (NVML, sysfs InfiniBand/EDAC/PCIe/net): each in its own worker thread,
 called every ``poll_interval_seconds`` with a timeout, isolated from the scrape and from each
-other (the contract: :mod:`nodewarden.collectors.base`).
+other (the contract: :mod:`nodewarden.collectors.base`; the list: :mod:`nodewarden.collectors`,
+built by :func:`build_collectors`).
 
 Per collector, per poll:
 
@@ -13,22 +14,25 @@ Per collector, per poll:
   logged, the last good snapshot still served. Its thread is left blocking; no new call starts
   until it returns, so a wedged driver costs one thread, not one per poll. When the call
   returns at last, its result is taken as any other (events are never dropped: a collector
-  reports events since its previous call) and the collector recovers.
+  reports events since its previous call) and the collector recovers. A thread still blocked
+  when the agent stops does not hold its exit (a daemon thread: :class:`Worker`).
 
 The scrape reads the last snapshots under a lock no collector call ever holds: it answers at
 once whatever the collectors do.
 
 Events (from the collectors and from the kernel-log follower) also go through the flash-cut
 detector (:class:`FlashCuts`): kernel-log and sysfs IB/net link events through
-``observe_event``, every poll of the InfiniBand collector's ``ports()`` through
-``observe_port``. Its flash-cut and outage events are journaled, counted in
+``observe_event``, after every poll of a collector that gives port records (a
+:class:`~nodewarden.collectors.base.PortSource`: the InfiniBand collector) its ``ports()``
+through ``observe_port``. Its flash-cut and outage events are journaled, counted in
 ``collector_events_total{collector="flash_cut"}``, and its per-port counts become
 ``nodewarden_ib_flash_cuts_total`` / ``nodewarden_ib_link_outages_total``, persisted in
 ``state.json`` like the other counters.
 
-The pcie collector's ``pcie_aer`` events (a rise of a function's sysfs AER record count) go
-through the AER reconciler (:mod:`nodewarden.agent.aer`) first: counted only for the records
-the kernel log did not print, once their wait for it is over.
+The polled collectors' events go through the AER reconciler (:mod:`nodewarden.agent.aer`)
+first: a sysfs ``pcie_aer`` event (the pcie collector's: a rise of a function's AER record
+count) is counted only for the records the kernel log did not print, once their wait for it is
+over; every other event passes at once. The rule is the event's kind, not the collector's name.
 
 Restart semantics of polled events: they are journaled, then counted and saved with
 ``state.json`` (under the agent's state lock). A crash between the two leaves an event in the
@@ -44,16 +48,18 @@ import datetime as dt
 import logging
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from nodewarden import collectors as registry
 from nodewarden import events as ev
 from nodewarden.agent import exporter as ex
-from nodewarden.agent.aer import COLLECTOR as AER_COLLECTOR
 from nodewarden.agent.aer import AerReconciler
 from nodewarden.agent.exporter import Counters, PolledSample
 from nodewarden.agent.state import StateStore
-from nodewarden.collectors.base import Collector, Snapshot
+from nodewarden.collectors.base import Collector, PortSource, Snapshot
 from nodewarden.events import FaultEvent, iso_utc
+from nodewarden.parsing.flashcut import FlashCutDetector
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +75,7 @@ class Detector(Protocol):
 
     def observe_event(self, event: FaultEvent, now: float) -> list[FaultEvent]: ...
 
-    def observe_port(self, device: str, port: Any, state: Any, phys_state: Any, link_downed: Any,
+    def observe_port(self, device: str, port: Any, active: bool | None, link_downed: Any,
                      now: float) -> list[FaultEvent]: ...
 
     def counts(self) -> dict[tuple[Any, Any], dict[str, int]]: ...
@@ -114,8 +120,9 @@ class FlashCuts:
             return self._count(out)
 
     def observe_ports(self, ports: Iterable[Any]) -> list[FaultEvent]:
-        """Show one poll of the InfiniBand ports (``device, port, state, phys_state, link_downed``,
-        optionally ``netdev``)."""
+        """Show one poll of the InfiniBand ports: records with ``device``, ``port``, ``active``
+        (:func:`nodewarden.sysfs.infiniband.port_active`, None when the state was unreadable),
+        ``link_downed`` and, optionally, ``netdev`` (:class:`nodewarden.sysfs.infiniband.Port`)."""
         out: list[FaultEvent] = []
         with self._lock:
             now = self.clock()
@@ -125,8 +132,8 @@ class FlashCuts:
                 if netdev and mapper is not None and self._mapped.get(netdev) != (p.device, p.port):
                     self._call("map_netdev", mapper, netdev, p.device, p.port)
                     self._mapped[netdev] = (p.device, p.port)
-                out.extend(self._call("observe_port", self.detector.observe_port, p.device, p.port, p.state,
-                                      p.phys_state, p.link_downed, now))
+                out.extend(self._call("observe_port", self.detector.observe_port, p.device, p.port, p.active,
+                                      p.link_downed, now))
             return self._count(out)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> list[FaultEvent]:
@@ -162,13 +169,8 @@ class FlashCuts:
 
 
 def load_detector(max_seconds: float) -> Detector | None:
-    """A :class:`~nodewarden.parsing.flashcut.FlashCutDetector`, or None (logged) when the module
-    is not there or its constructor fails."""
-    try:
-        from nodewarden.parsing.flashcut import FlashCutDetector
-    except ImportError as e:
-        log.warning("flash-cut detection disabled: nodewarden.parsing.flashcut not available (%s)", e)
-        return None
+    """A :class:`~nodewarden.parsing.flashcut.FlashCutDetector` for ``max_seconds`` (a port back
+    within that many seconds had a flash cut), or None (logged) when its constructor refuses it."""
     try:
         return FlashCutDetector(max_seconds=max_seconds)
     except Exception:
@@ -185,9 +187,12 @@ class EventSink:
     (``state.json``), all under ``lock`` (the agent's state lock, shared with the follower).
 
     An event without a host gets ``host``; one without a time, now (a copy: the collector's
-    object is not changed). ``aer``: the pcie collector's ``pcie_aer`` events go through it
-    (:class:`nodewarden.agent.aer.AerReconciler`: only records the kernel log did not print
-    are counted, once their wait is over; None: all are, at once)."""
+    object is not changed). ``aer``: every polled collector's events go through it first
+    (:class:`nodewarden.agent.aer.AerReconciler`): it holds the sysfs ``pcie_aer`` events (a
+    rise of a function's AER record count, which the kernel log usually prints too) until
+    their wait is over, and passes the others at once; a held event is counted under the
+    collector that gave it, whichever collector's poll releases it. None: all are counted at
+    once."""
 
     def __init__(self, counters: Counters, store: StateStore, *, lock: threading.RLock,
                  save: Callable[[], bool], flash: FlashCuts | None = None, host: str | None = None,
@@ -201,23 +206,25 @@ class EventSink:
         self.host = host
         self.clock = clock
         self.aer = aer
+        self._held_by: dict[tuple[str, str], str] = {}  # reconciler key -> the collector whose event it holds
 
     def take(self, collector: str, events: Sequence[FaultEvent], ports: Sequence[Any] | None = None) -> int:
-        """Count and journal ``events`` of ``collector`` and show ``ports`` (the InfiniBand
-        collector's, when given) to the detector. Returns events counted (derived ones included)."""
-        if not events and (ports is None or self.flash is None) and (
-                self.aer is None or collector != AER_COLLECTOR or not self.aer.pending()):
+        """Count and journal ``events`` of ``collector`` and show ``ports`` (the port records of
+        a :class:`~nodewarden.collectors.base.PortSource`, when given) to the detector. Returns
+        events counted (derived ones, and held ones released now, included)."""
+        show_ports = ports is not None and self.flash is not None
+        if not events and not show_ports and (self.aer is None or not self.aer.pending()):
             return 0
         now = self.clock()
         events = [e if e.host is not None and e.time is not None
                   else dataclasses.replace(e, host=e.host or self.host, time=e.time or now) for e in events]
-        if self.aer is not None and collector == AER_COLLECTOR:
-            events = self.aer.from_sysfs(events)
-            if not events and (ports is None or self.flash is None):
-                return 0
+        labelled = self._reconcile(collector, events) if self.aer is not None else [(collector, e) for e in events]
+        if not labelled and not show_ports:
+            return 0
+        events = [e for _, e in labelled]
         with self.lock:
-            for e in events:
-                self.counters.add_all(ex.increments(e, lambda _pci: "", collector))
+            for who, e in labelled:
+                self.counters.add_all(ex.increments(e, lambda _pci: "", who))
             derived: list[FaultEvent] = []
             if self.flash is not None:
                 derived = self.flash.observe_events(events)
@@ -230,7 +237,7 @@ class EventSink:
         return len(events) + len(derived)
 
     def flush(self) -> int:
-        """Count and journal the pcie collector's AER candidates still waiting (at stop)."""
+        """Count and journal the events the reconciler still holds (at stop)."""
         if self.aer is None:
             return 0
         events = self.aer.flush()
@@ -238,10 +245,23 @@ class EventSink:
             return 0
         with self.lock:
             for e in events:
-                self.counters.add_all(ex.increments(e, lambda _pci: "", AER_COLLECTOR))
+                self.counters.add_all(ex.increments(e, lambda _pci: "", self._holder(e, "")))
             self.store.journal(events)
             self.save()
         return len(events)
+
+    def _reconcile(self, collector: str, events: list[FaultEvent]) -> list[tuple[str, FaultEvent]]:
+        """``events`` through the reconciler: (collector label, event) of each event to count now."""
+        assert self.aer is not None
+        for e in events:
+            key = self.aer.key(e)
+            if key is not None:
+                self._held_by[key] = collector
+        return [(self._holder(e, collector), e) for e in self.aer.from_sysfs(events)]
+
+    def _holder(self, e: FaultEvent, default: str) -> str:
+        key = self.aer.key(e) if self.aer is not None else None
+        return self._held_by.get(key, default) if key is not None else default
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +270,12 @@ class EventSink:
 class Worker:
     """Runs ``collector.collect()`` (then ``ports()`` with ``with_ports``) in its own daemon
     thread, one call at a time; ``on_done(worker, snapshot, ports, error, seconds)`` is called in
-    that thread when the call returns, however late."""
+    that thread when the call returns, however late.
+
+    A daemon thread of its own, not a ``concurrent.futures.ThreadPoolExecutor(max_workers=1)``:
+    the executor's threads are joined when the interpreter exits, so a call hung in a wedged
+    driver would keep the stopped agent from exiting until the call returns (minutes, or never);
+    a daemon thread is not waited for."""
 
     def __init__(self, collector: Collector, name: str, with_ports: bool,
                  on_done: Callable[[Worker, Snapshot | None, list[Any] | None, BaseException | None, float], None]) -> None:
@@ -324,7 +349,8 @@ class Worker:
                     snap = None
                     raise TypeError(f"collect() returned {got}, not a Snapshot")
                 if self.with_ports:
-                    ports = list(self.collector.ports())  # type: ignore[attr-defined]
+                    assert isinstance(self.collector, PortSource)
+                    ports = list(self.collector.ports())
             except BaseException as e:  # noqa: BLE001 - isolate everything, even SystemExit, to this collector
                 err = e
             seconds = time.monotonic() - t0
@@ -357,8 +383,9 @@ class Poller:
     ``timeout``; serves their last good snapshots (:meth:`samples`) and health (:meth:`health`).
 
     ``sink`` takes their events (None: events are dropped, for tests of the isolation alone).
-    The InfiniBand collector (name ``infiniband``, with a ``ports()`` method) also has its ports
-    shown to the flash-cut detector when the sink has one. ``wall`` gives Unix time."""
+    A collector that is a :class:`~nodewarden.collectors.base.PortSource` also has its port
+    records shown to the flash-cut detector when the sink has one. ``wall`` gives Unix time.
+    Raises ValueError for two collectors of one name, or an interval or timeout not above 0."""
 
     def __init__(self, collectors: Sequence[Collector], counters: Counters, sink: EventSink | None = None, *,
                  interval: float = POLL_INTERVAL_S, timeout: float = COLLECTOR_TIMEOUT_S,
@@ -380,8 +407,7 @@ class Poller:
             if name in names:
                 raise ValueError(f"two polled collectors named {name!r}")
             names.add(name)
-            with_ports = (name == "infiniband" and callable(getattr(c, "ports", None))
-                          and sink is not None and sink.flash is not None)
+            with_ports = isinstance(c, PortSource) and sink is not None and sink.flash is not None
             self.workers.append(Worker(c, name, with_ports, self._done))
             self._status[name] = Status()
         self._thread: threading.Thread | None = None
@@ -517,46 +543,22 @@ class Poller:
 # ---------------------------------------------------------------------------------------------
 # Building the collectors
 
-# name -> (module, class, how the constructor is called). One module per kernel path / library,
-# named after it (nodewarden.collectors.<name>); the name is the `collector` label and the
-# `[collectors]` config key.
-POLLED: dict[str, tuple[str, str, Callable[[type, str, str], Any]]] = {
-    "nvml": ("nodewarden.collectors.nvml", "NvmlCollector", lambda cls, sysfs, host: cls(hostname=host)),
-    "infiniband": ("nodewarden.collectors.infiniband", "InfinibandCollector", lambda cls, sysfs, host: cls(sysfs=sysfs)),
-    "edac": ("nodewarden.collectors.edac", "EdacCollector", lambda cls, sysfs, host: cls(sysfs)),
-    "pcie": ("nodewarden.collectors.pcie", "PcieCollector", lambda cls, sysfs, host: cls(sysfs)),
-    "netclass": ("nodewarden.collectors.netclass", "NetclassCollector", lambda cls, sysfs, host: cls(sysfs)),
-}
-
-
-def build_collectors(enabled: Iterable[str], sysfs: str, host: str) -> list[Collector]:
-    """The enabled polled collectors, in :data:`POLLED` order. A module that is not there
-    (ImportError) or a constructor that fails disables that collector, with a log line."""
-    import importlib
-
+def build_collectors(enabled: Iterable[str], sysfs: str | Path, host: str) -> list[Collector]:
+    """The enabled polled collectors (:data:`nodewarden.collectors.REGISTRY` entries with a
+    ``build``; the kernel-log collector, the follower, is not one), in registry order, on the
+    sysfs root ``sysfs``; ``host`` names the host of their events. A constructor that raises
+    disables that collector, with a log line. Raises KeyError for a name not in the registry
+    (the configuration accepts only those)."""
     wanted = set(enabled)
+    unknown = wanted - set(registry.NAMES)
+    if unknown:
+        raise KeyError(f"no such collector: {', '.join(sorted(unknown))}")
     out: list[Collector] = []
-    for name, (module, cls_name, make) in POLLED.items():
-        if name not in wanted:
+    for entry in registry.REGISTRY:
+        if entry.name not in wanted or entry.build is None:
             continue
         try:
-            cls = getattr(importlib.import_module(module), cls_name)
-        except (ImportError, AttributeError) as e:
-            log.warning("collector %s disabled: %s.%s not available (%s)", name, module, cls_name, e)
-            continue
-        try:
-            c = make(cls, sysfs, host)
+            out.append(entry.build(Path(sysfs), host))
         except Exception:
-            log.exception("collector %s disabled: its constructor failed", name)
-            continue
-        if not callable(getattr(c, "collect", None)):
-            log.error("collector %s disabled: %s has no collect()", name, cls_name)
-            continue
-        if getattr(c, "name", name) != name:
-            log.warning("collector %s: its name attribute is %r; using %r", name, getattr(c, "name", None), name)
-        try:
-            c.name = name  # type: ignore[misc]
-        except AttributeError:
-            pass
-        out.append(c)
+            log.exception("collector %s disabled: its constructor failed", entry.name)
     return out

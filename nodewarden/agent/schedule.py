@@ -15,7 +15,8 @@ When a run is due (pure functions, tested with a fake clock):
 * Due, but a GPU runs a compute process (NVML ``nvmlDeviceGetComputeRunningProcesses`` on every
   GPU): retried every :data:`BUSY_RETRY_S` (30 min). No NVML (no library, no driver, no GPU)
   counts as idle: the suite then checks what the node has. An NVML probe that hangs counts as
-  busy (it is given :data:`PROBE_TIMEOUT_S`; no second probe starts while one hangs).
+  busy (it is given :data:`PROBE_TIMEOUT_S` under :func:`nodewarden.nvml.call_with_timeout`; no
+  second probe starts while an NVML call of the agent is still blocked in the driver).
 
 The run: ``<python> -m nodewarden validate --json <state_dir>/validate.json --no-progress <args>``,
 its output in ``<state_dir>/validate.log``, killed (SIGTERM to its process group, SIGKILL
@@ -53,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from nodewarden import nvml
 from nodewarden.agent import exporter as ex
 from nodewarden.agent.exporter import Counters
 from nodewarden.agent.state import write_atomic
@@ -297,69 +299,38 @@ class ReportWatcher:
 # ---------------------------------------------------------------------------------------------
 # Are the GPUs busy?
 
-def nvml_gpus_busy() -> bool:
-    """True when any GPU runs a compute process (NVML ``nvmlDeviceGetComputeRunningProcesses``).
-    No nvidia-ml-py, no NVML library or driver: False (idle). A GPU whose query fails (lost, in
-    reset) is taken as idle: the suite is what reports it."""
-    try:
-        import pynvml
-    except ImportError:
-        return False
-    try:
-        pynvml.nvmlInit()
-    except Exception as e:  # pynvml.NVMLError: library not found, driver not loaded...
-        log.debug("NVML not available (%s): GPUs taken as idle", e)
-        return False
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            try:
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-            except Exception as e:
-                log.debug("NVML: GPU %d: cannot list compute processes (%s): taken as idle", i, e)
-                continue
-            if procs:
-                return True
-        return False
-    finally:
+def _any_compute_process(s: nvml.Session) -> bool:
+    for i in range(s.count()):
         try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+            h = s.handle(i)
+            procs = s.call("nvmlDeviceGetComputeRunningProcesses", h) if h is not None else None
+        except (nvml.GpuLost, nvml.NvmlCallError) as e:
+            log.debug("NVML: GPU %d: cannot list compute processes (%s): taken as idle", i, e)
+            continue
+        if procs:
+            return True
+    return False
 
 
-class _Probe:
-    """Calls ``fn`` in a daemon thread with a timeout; while a call hangs, no new one starts and
-    the answer is ``on_hang``."""
-
-    def __init__(self, fn: Callable[[], bool], timeout: float, on_hang: bool = True) -> None:
-        self.fn = fn
-        self.timeout = timeout
-        self.on_hang = on_hang
-        self._running: threading.Thread | None = None
-        self._result: list[bool] = []
-
-    def __call__(self) -> bool:
-        if self._running is not None and self._running.is_alive():
-            log.warning("GPU busy probe still blocked since an earlier call: GPUs taken as busy")
-            return self.on_hang
-        result: list[bool] = []
-
-        def target() -> None:
-            try:
-                result.append(bool(self.fn()))
-            except Exception:
-                log.exception("GPU busy probe failed: GPUs taken as idle")
-                result.append(False)
-
-        t = threading.Thread(target=target, name="gpu-busy-probe", daemon=True)
-        self._running = t
-        t.start()
-        t.join(self.timeout)
-        if t.is_alive():
-            log.warning("GPU busy probe (NVML) did not return within %gs: GPUs taken as busy", self.timeout)
-            return self.on_hang
-        return result[0]
+def nvml_gpus_busy(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """True when any GPU runs a compute process (NVML ``nvmlDeviceGetComputeRunningProcesses``),
+    or when NVML does not answer within ``timeout_s`` seconds (or an earlier NVML call of the
+    agent is still blocked in the driver: :class:`nodewarden.nvml.NvmlTimeout`): a hung driver
+    is no time to validate. No nvidia-ml-py, no NVML library or driver: False (idle). A GPU
+    whose query fails (lost, in reset) is taken as idle: the suite is what reports it. Never
+    raises."""
+    try:
+        busy, why = nvml.query(_any_compute_process, timeout_s, "GPU busy probe")
+    except nvml.NvmlTimeout as e:
+        log.warning("GPU busy probe: %s: GPUs taken as busy", e)
+        return True
+    except Exception:
+        log.exception("GPU busy probe failed: GPUs taken as idle")
+        return False
+    if busy is None:
+        log.debug("NVML not available (%s): GPUs taken as idle", why)
+        return False
+    return busy
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,7 +356,7 @@ class Scheduler:
 
     counters: where the validator series go. state_dir: ``schedule.json``, ``validate.json``,
     ``validate.log``. host: the name the jitter is drawn from. args: added to the command.
-    busy: the GPU probe (default NVML, isolated with :data:`PROBE_TIMEOUT_S`). wall: Unix time.
+    busy: the GPU probe (default :func:`nvml_gpus_busy`, bounded by :data:`PROBE_TIMEOUT_S`). wall: Unix time.
     sleep: ``sleep(stop, seconds)`` waits and returns whether ``stop`` is set (default
     ``stop.wait``; a fake clock's in tests).
     """
@@ -403,7 +374,7 @@ class Scheduler:
         self.offset_s = jitter_offset(host, jitter_hours * 3600.0, self.interval_s)
         self.args = tuple(args)
         self.timeout_s = timeout_s
-        self.busy = busy if busy is not None else _Probe(nvml_gpus_busy, PROBE_TIMEOUT_S)
+        self.busy = busy if busy is not None else nvml_gpus_busy
         self.busy_retry_s = busy_retry_s
         self.wall = wall
         self.kill_grace_s = kill_grace_s

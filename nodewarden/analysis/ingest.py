@@ -14,11 +14,13 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Callable, Generator, Iterable, Iterator
+from typing import IO, Any, Callable, Generator, Iterable, Iterator, NamedTuple
 
-from nodewarden.collectors.kernel_log import InputError, LogFile, drain, events_from_stream, expand_paths, iter_file
 from nodewarden import events as ev
+from nodewarden import kmsg
 from nodewarden.events import KINDS, FaultEvent
+from nodewarden.logfiles import (InputError, LogFile, drain, events_from_stream, expand_paths, iter_file, open_log,
+                                 parallel)
 from nodewarden.parsing.dedupe import CopyDeduper
 from nodewarden.parsing.envelope import TimeContext
 from nodewarden.parsing.stream import KernelLogParser
@@ -91,9 +93,8 @@ def journal_record_key(e: FaultEvent) -> tuple[Any, ...] | None:
 
 def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogParser]:
     """The records now in the kernel ring buffer (``nodewarden events /dev/kmsg``), not followed."""
-    from nodewarden.collectors.kernel_log import KmsgReader, boot_time_now, kmsg_events
     import socket
-    reader = KmsgReader(str(f.path))
+    reader = kmsg.KmsgReader(str(f.path))
     try:
         reader.open()
     except OSError as e:
@@ -103,8 +104,8 @@ def _read_kmsg(f: LogFile, tz: str | None) -> tuple[list[FaultEvent], KernelLogP
     finally:
         reader.close()
     parser = KernelLogParser(host=socket.gethostname(), source="kmsg")
-    ctx = TimeContext.make(tz=tz, boot_time=boot_time_now())
-    events = list(kmsg_events(records, parser, ctx, reader.boot_id))
+    ctx = TimeContext.make(tz=tz, boot_time=kmsg.boot_wall_time())
+    events = list(kmsg.kmsg_events(records, parser, ctx, reader.boot_id))
     events += parser.flush()
     return events, parser
 
@@ -149,7 +150,6 @@ def _journal_events(f: LogFile) -> tuple[list[FaultEvent], KernelLogParser]:
     counts (``stats.records`` lines, ``stats.unparsed`` lines that are no event: counted and
     skipped, never fatal), as a log read gives. Raises InputError, with the events read, when
     the file cannot be read to its end."""
-    from nodewarden.collectors.kernel_log import open_log
     events: list[FaultEvent] = []
     counts = KernelLogParser(source="journal")  # nothing is fed to it: its stats are the journal's
     try:
@@ -173,36 +173,56 @@ def _journal_events(f: LogFile) -> tuple[list[FaultEvent], KernelLogParser]:
     return events, counts
 
 
-_Result = tuple  # (input_id, events, records | None, unparsed | None, error | None, counted)
+class Outcome(NamedTuple):
+    """How the reading of one input ended."""
+
+    records: int | None  # candidate records looked at; None: not known (nothing was read)
+    unparsed: int | None  # of those, the ones no parser read
+    error: str | None  # why the input could not be read (to its end), naming it; None: it could
+    counted: bool  # the input counts as read (stats.files): read whole, or in part with events
+
+
+# A file's events read in this process are streamed: a generator yielding them and returning
+# its Outcome once done. Results of a pool task are lists.
+Streamed = Generator[FaultEvent, None, Outcome]
+
+
+class Result(NamedTuple):
+    """One input's events, in input order. ``events``: a list (parsed by a pool task, or taken
+    from the cache) with its ``outcome``; a :data:`Streamed` generator (``outcome`` None: the
+    generator returns it); or None, with ``outcome`` None: a pool task stopped at its event
+    bound before this file, which the caller then reads itself."""
+
+    input_id: str
+    events: list[FaultEvent] | Streamed | None
+    outcome: Outcome | None
+
 
 GROUP_MAX_FILES = 256  # files of one directory read as one task (one cache file)
 
 
-def _run_source(input_id: str, read: Callable[[], tuple[Iterable[FaultEvent], KernelLogParser | None]]) -> _Result:
+def _run_source(input_id: str, read: Callable[[], tuple[Iterable[FaultEvent], KernelLogParser | None]]) -> Result:
     """Read one input; its error is returned (to be reported in input order), never raised."""
     try:
         events, parser = read()
         error = None
     except InputError as e:
         if not e.events:
-            return (input_id, [], None, None, str(e), False)
+            return Result(input_id, [], Outcome(None, None, str(e), False))
         events, parser, error = e.events, e.parser, str(e)  # the readable part is kept
     except OSError as e:
-        return (input_id, [], None, None, f"{input_id}: {e.strerror or e}", False)
+        return Result(input_id, [], Outcome(None, None, f"{input_id}: {e.strerror or e}", False))
     records = parser.stats.records if parser is not None else None
     unparsed = parser.stats.unparsed if parser is not None else None
-    return (input_id, list(events), records, unparsed, error, True)
+    return Result(input_id, list(events), Outcome(records, unparsed, error, True))
 
 
-# A file's events read in this process are streamed: a generator yielding them and returning
-# (records, unparsed, error, counted) once done. Results of a pool task are lists.
-Streamed = Generator[FaultEvent, None, "tuple[int | None, int | None, str | None, bool]"]
 CACHE_MAX_EVENTS = 50_000  # a group with more events than this is not cached (memory)
 TASK_MAX_EVENTS = 50_000  # a pool task returns at most this many events; later files are read here
 
 
 def _stream_file(f: LogFile, tz: str | None, boot_time: dt.datetime | None, split: bool,
-                 done: Callable[[list[FaultEvent], tuple], None] | None = None) -> Streamed:
+                 done: Callable[[list[FaultEvent], Outcome], None] | None = None) -> Streamed:
     """The events of one kernel-log file as they are parsed. ``done``, when given, gets the
     events (held for it, up to CACHE_MAX_EVENTS: past that, ``done`` is not called) and the
     outcome once the file is read to its end."""
@@ -224,88 +244,113 @@ def _stream_file(f: LogFile, tz: str | None, boot_time: dt.datetime | None, spli
                     keep.append(e)
             yield e
     except InputError as e:  # the file could not be opened: nothing read
-        return None, None, str(e), False
+        return Outcome(None, None, str(e), False)
     except OSError as e:
-        return None, None, f"{f.path}: {e.strerror or e}", False
+        return Outcome(None, None, f"{f.path}: {e.strerror or e}", False)
     # A file that could be read in part counts as read; one whose error left no event does not.
-    outcome = (parser.stats.records, parser.stats.unparsed, error, error is None or n > 0)
+    outcome = Outcome(parser.stats.records, parser.stats.unparsed, error, error is None or n > 0)
     if done is not None:
         done(keep, outcome)
     return outcome
 
 
+class _GroupCache:
+    """The event cache of one group of files (one Parquet file, :mod:`nodewarden.analysis.cache`):
+    the files it holds unchanged (same size and mtime), and the files parsed now, stored once
+    the group is done unless the group held more than CACHE_MAX_EVENTS events."""
+
+    def __init__(self, files: list[LogFile], tz: str | None, boot_time: dt.datetime | None, cache_dir: str) -> None:
+        from nodewarden.analysis.cache import EventCache
+        self.cache = EventCache(cache_dir, tz=tz, boot_time=boot_time)
+        self.path = self.cache.path_for(files[0].path.parent, files[0].path)
+        self.stored = self.cache.load(self.path)
+        self.entries: list = []  # EventCache.store's entries: the group's files, in order
+        self.files_parsed = 0
+        self.events_held = 0  # events of the files parsed now
+
+    def lookup(self, f: LogFile) -> tuple[tuple | None, Result | None]:
+        """(the file's cache key, None when it cannot be stat'ed; its result when the cache has it)."""
+        from nodewarden.analysis.cache import file_key
+        try:
+            key = file_key(f.path, f.host)
+        except OSError:
+            return None, None
+        hit = self.stored.get(key)
+        if hit is None:
+            return key, None
+        events, records, unparsed, parsed_ns = hit
+        self.entries.append((key, events, records, unparsed, parsed_ns))
+        return key, Result(str(f.path), events, Outcome(records, unparsed, None, True))
+
+    def recorder(self, key: tuple | None) -> Callable[[list[FaultEvent], Outcome], None] | None:
+        """What :func:`_stream_file` calls with a file's events once parsed (None: the file is not
+        to be cached: no key, or the group holds too many events already)."""
+        if key is None or self.events_held > CACHE_MAX_EVENTS:
+            return None
+        parsed_ns = time.time_ns()  # before the parse: a file changed meanwhile is parsed again
+
+        def done(events: list[FaultEvent], outcome: Outcome) -> None:
+            self.events_held += len(events)
+            if outcome.error is None and self.events_held <= CACHE_MAX_EVENTS:
+                self.entries.append((key, events, outcome.records, outcome.unparsed, parsed_ns))
+                self.files_parsed += 1
+        return done
+
+    def save(self) -> None:
+        """Store the group when files were parsed and its events are few enough to hold."""
+        if self.files_parsed and self.events_held <= CACHE_MAX_EVENTS:
+            self.cache.store(self.path, self.entries)
+
+
 def _group_results(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
-                   cache_dir: str | None, split: bool = True) -> Iterator[_Result]:
+                   cache_dir: str | None, split: bool = True) -> Iterator[Result]:
     """Results of ``files`` in order, each to be consumed before the next is asked for; a
     kernel log not in the cache streams its events (see :data:`Streamed`). Kernel logs come from
     the cache when their size and mtime are unchanged; parsed ones are stored once the group is
     done, unless it held more than CACHE_MAX_EVENTS events. ``split``: a large plain file may be
     parsed by several local processes."""
-    cache = cache_path = None
-    stored: dict = {}
-    entries: list = []
+    cache = None
     if cache_dir is not None and any(not _is_journal(f.path) for f in files):
-        from nodewarden.analysis.cache import EventCache
-        cache = EventCache(cache_dir, tz=tz, boot_time=boot_time)
-        cache_path = cache.path_for(files[0].path.parent, files[0].path)
-        stored = cache.load(cache_path)
-    parsed = [0, 0]  # files parsed into entries, events held for them
-
-    def store(key: tuple, parsed_ns: int) -> Callable[[list[FaultEvent], tuple], None]:
-        def done(events: list[FaultEvent], outcome: tuple) -> None:
-            records, unparsed, error, _ = outcome
-            parsed[1] += len(events)
-            if error is None and parsed[1] <= CACHE_MAX_EVENTS:
-                entries.append((key, events, records, unparsed, parsed_ns))
-                parsed[0] += 1
-        return done
-
+        cache = _GroupCache(files, tz, boot_time, cache_dir)
     for f in files:
-        input_id = str(f.path)
         if _is_journal(f.path):
-            yield _run_source(input_id, lambda f=f: _journal_events(f))
+            yield _run_source(str(f.path), lambda f=f: _journal_events(f))
             continue
-        key = None
+        done = None
         if cache is not None:
-            from nodewarden.analysis.cache import file_key
-            try:
-                key = file_key(f.path, f.host)
-            except OSError:
-                key = None
-            hit = stored.get(key) if key is not None else None
+            key, hit = cache.lookup(f)
             if hit is not None:
-                events, records, unparsed, parsed_ns = hit
-                entries.append((key, events, records, unparsed, parsed_ns))
-                yield (input_id, events, records, unparsed, None, True)
+                yield hit
                 continue
-        done = store(key, time.time_ns()) if key is not None and parsed[1] <= CACHE_MAX_EVENTS else None
-        yield (input_id, _stream_file(f, tz, boot_time, split, done), None, None, None, True)
-    if cache is not None and parsed[0] and parsed[1] <= CACHE_MAX_EVENTS:
-        cache.store(cache_path, entries)
+            done = cache.recorder(key)
+        yield Result(str(f.path), _stream_file(f, tz, boot_time, split, done), None)
+    if cache is not None:
+        cache.save()
 
 
 def _read_group(files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
-                cache_dir: str | None, split: bool = True, max_events: int | None = None) -> list[_Result]:
+                cache_dir: str | None, split: bool = True, max_events: int | None = None) -> list[Result]:
     """:func:`_group_results` as lists (a task of the process pool or the Dask cluster). Once
     ``max_events`` events are held, the files after that one come back with events None: the
     caller streams those itself."""
-    out: list[_Result] = []
+    out: list[Result] = []
     n = 0
-    for input_id, events, records, unparsed, error, counted in _group_results(files, tz, boot_time, cache_dir, split):
+    for r in _group_results(files, tz, boot_time, cache_dir, split):
         if max_events is not None and n >= max_events:
-            if not isinstance(events, list):
-                events.close()
-            out.append((input_id, None, None, None, None, True))
+            if not isinstance(r.events, list):
+                r.events.close()  # type: ignore[union-attr]
+            out.append(Result(r.input_id, None, None))
             continue
-        if not isinstance(events, list):
-            events, (records, unparsed, error, counted) = drain(events)
-        n += len(events)
-        out.append((input_id, events, records, unparsed, error, counted))
+        if not isinstance(r.events, list):
+            events, outcome = drain(r.events)  # type: ignore[arg-type]
+            r = Result(r.input_id, events, outcome)
+        n += len(r.events)  # type: ignore[arg-type]
+        out.append(r)
     return out
 
 
 def _read_group_from(cwd: str, files: list[LogFile], tz: str | None, boot_time: dt.datetime | None,
-                     cache_dir: str | None, split: bool) -> list[_Result]:
+                     cache_dir: str | None, split: bool) -> list[Result]:
     """:func:`_read_group` on a Dask worker, whose working directory is not ours: relative paths
     are opened from ``cwd``, and the results name every file as it was given (input ids, error
     messages, events' ``attrs["origin"]``), as a local run does."""
@@ -321,19 +366,20 @@ def _read_group_from(cwd: str, files: list[LogFile], tz: str | None, boot_time: 
     results = _read_group(opened, tz, boot_time, cache_dir, split)
     if not given:
         return results
-    out: list[_Result] = []
-    for input_id, events, records, unparsed, error, counted in results:
-        name = given.get(input_id)
-        if name is not None:
-            if error is not None:
-                error = error.replace(input_id, name)
-            for e in events:
-                if e.attrs.get("origin") == input_id:
-                    e.attrs["origin"] = name
-                    e.json_cache = None
-            input_id = name
-        out.append((input_id, events, records, unparsed, error, counted))
-    return out
+    return [_named_as_given(r, given[r.input_id]) if r.input_id in given else r for r in results]
+
+
+def _named_as_given(r: Result, name: str) -> Result:
+    """``r`` (read whole) with its input id ``name``, in its error message and in the origin of
+    its events that name the opened path."""
+    outcome = r.outcome
+    if outcome is not None and outcome.error is not None:
+        outcome = outcome._replace(error=outcome.error.replace(r.input_id, name))
+    for e in r.events:  # type: ignore[union-attr]
+        if e.attrs.get("origin") == r.input_id:
+            e.attrs["origin"] = name
+            e.json_cache = None
+    return Result(name, r.events, outcome)
 
 
 def _is_kmsg(st: os.stat_result) -> bool:
@@ -352,8 +398,216 @@ def _stat(f: LogFile) -> os.stat_result | None:
 
 def _small_file(st: os.stat_result | None) -> bool:
     """Read in a pool worker: not a device, and below the size read_file splits across processes."""
-    from nodewarden.collectors.kernel_log import PARALLEL_MIN_BYTES
-    return st is None or (stat.S_ISREG(st.st_mode) and st.st_size < PARALLEL_MIN_BYTES)
+    return st is None or (stat.S_ISREG(st.st_mode) and st.st_size < parallel.PARALLEL_MIN_BYTES)
+
+
+def _stdin_events(stdin: IO[bytes] | None, tz: str | None, boot_time: dt.datetime | None) -> Streamed:
+    """The events of standard input (``stdin``, else the process's), as they are parsed."""
+    parser = KernelLogParser(source="stdin")
+    ctx = TimeContext.make(tz=tz, boot_time=boot_time)
+    stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        return Outcome(None, None, "-: standard input is closed", False)
+    try:
+        yield from events_from_stream(stream, parser, ctx)
+    except (OSError, EOFError) as e:
+        return Outcome(parser.stats.records, parser.stats.unparsed, f"-: {e}", True)
+    return Outcome(parser.stats.records, parser.stats.unparsed, None, True)
+
+
+@dataclasses.dataclass
+class _Unit:
+    """One step of a run, in input order: ``files``, a group of one directory's files (a pool
+    task's, or read here when there is no pool), or ``read``: an input read here, giving its
+    results."""
+
+    files: list[LogFile] = dataclasses.field(default_factory=list)
+    read: Callable[[], Iterable[Result]] | None = None
+
+    @property
+    def pooled(self) -> bool:
+        return self.read is None
+
+
+def _not_read(input_id: str, why: str) -> list[Result]:
+    return [Result(input_id, [], Outcome(None, None, why, False))]
+
+
+class _Tasks:
+    """The pooled units' tasks, submitted in input order ahead of the one consumed: up to four
+    per pool slot in flight, which bounds the events held."""
+
+    def __init__(self, pool: Any, units: list[_Unit], submit: Callable[[list[LogFile]], Any]) -> None:
+        self.pool = pool
+        self.units = units
+        self.submit = submit
+        self.pooled = [i for i, u in enumerate(units) if u.pooled]
+        self.window = 4 * pool.slots
+        self.inflight: dict[int, Any] = {}
+        self.next = 0  # index into pooled of the next task to submit
+
+    def result(self, i: int) -> list[Result]:
+        """The results of unit ``i`` (pooled), once its task is done; later tasks submitted first."""
+        while self.next < len(self.pooled) and (len(self.inflight) < self.window or self.pooled[self.next] <= i):
+            j = self.pooled[self.next]
+            self.inflight[j] = self.submit(self.units[j].files)
+            self.next += 1
+        return self.pool.result(self.inflight.pop(i))
+
+
+class _Run:
+    """One :func:`ingest` run: its options, the stats it fills, and the copies seen so far."""
+
+    def __init__(self, filters: Filters, tz: str | None, boot_time: dt.datetime | None, dedupe: bool,
+                 stdin: IO[bytes] | None, on_error: Callable[[str], None] | None, jobs: int,
+                 cache: str | None, dask: Any) -> None:
+        self.stats = IngestStats()
+        self.filters, self.tz, self.boot_time, self.dedupe = filters, tz, boot_time, dedupe
+        self.stdin, self.on_error, self.jobs, self.cache, self.dask = stdin, on_error, jobs, cache, dask
+        self.deduper: CopyDeduper | None = None
+        self.journal_seen: set[tuple[Any, ...]] = set()  # journal_record_key of every journal record yielded
+
+    def report(self, msg: str) -> None:
+        self.stats.errors.append(msg)
+        if self.on_error is not None:
+            self.on_error(msg)
+
+    def events(self, paths: list[str], exclude: Iterable[str | os.PathLike[str]]) -> Iterator[FaultEvent]:
+        """The selected events of ``paths`` in input order; a pool's tasks run ahead."""
+        files, errors = expand_paths([p for p in paths if p != "-"], exclude=list(exclude))
+        # Copies exist only across inputs: with one input there is nothing to de-duplicate.
+        self.deduper = CopyDeduper() if self.dedupe and len(files) + ("-" in paths) > 1 else None
+        for err in errors:
+            self.report(str(err))
+        units = self._plan(paths, files)
+        pool = self._pool(units)
+        tasks = _Tasks(pool, units, self._submitter(pool)) if pool is not None else None
+        finished = False
+        try:
+            for i, unit in enumerate(units):
+                if unit.read is not None:
+                    results: Iterable[Result] = unit.read()
+                elif tasks is not None:
+                    results = tasks.result(i)
+                else:
+                    results = _group_results(unit.files, self.tz, self.boot_time, self.cache)
+                for r in results:
+                    yield from self._take(r, unit)
+            finished = True
+        finally:
+            if pool is not None:
+                pool.close(finished)
+            if self.cache is not None and not finished and self.dask is None:
+                from nodewarden.analysis.cache import remove_stale_tmp
+                remove_stale_tmp(self.cache)  # what workers stopped mid-write left
+
+    def _plan(self, paths: list[str], files: list[LogFile]) -> list[_Unit]:
+        """The units of a run: stdin first, then the files in order, a directory's small files
+        grouped (up to GROUP_MAX_FILES), devices and large files each a unit read here."""
+        tz, boot_time, cache = self.tz, self.boot_time, self.cache
+        units: list[_Unit] = []
+        if "-" in paths:
+            units.append(_Unit(read=lambda: [Result("-", _stdin_events(self.stdin, tz, boot_time), None)]))
+        group: list[LogFile] = []
+
+        def close_group() -> None:
+            if group:
+                units.append(_Unit(files=list(group)))
+                group.clear()
+
+        for f in files:
+            st = _stat(f)
+            if st is not None and stat.S_ISCHR(st.st_mode) and not _is_kmsg(st):
+                close_group()
+                units.append(_Unit(read=lambda f=f: _not_read(str(f.path), f"{f.path}: a device other than /dev/kmsg, not read")))
+            elif st is not None and stat.S_ISCHR(st.st_mode):
+                close_group()
+                units.append(_Unit(read=lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
+            elif not _small_file(st) and self.dask is None:
+                close_group()  # read_file splits it across processes itself
+                # --jobs 1: one process, a large file included
+                units.append(_Unit(read=lambda f=f: _group_results([f], tz, boot_time, cache, self.jobs > 1)))
+            else:
+                if group and (group[0].path.parent != f.path.parent or len(group) >= GROUP_MAX_FILES):
+                    close_group()
+                group.append(f)
+        close_group()
+        return units
+
+    def _pool(self, units: list[_Unit]) -> Any:
+        """The Dask cluster; else a process pool when ``jobs`` > 1 and more than one unit is pooled."""
+        if self.dask is not None:
+            return self.dask
+        pooled = sum(1 for u in units if u.pooled)
+        if self.jobs > 1 and pooled > 1:
+            from nodewarden.analysis.cluster import ProcessPool
+            return ProcessPool(min(self.jobs, pooled))
+        return None
+
+    def _submitter(self, pool: Any) -> Callable[[list[LogFile]], Any]:
+        """How a group becomes a task: on Dask, read from our working directory, each large file
+        parsed by the worker itself; locally, bounded by TASK_MAX_EVENTS."""
+        tz, boot_time, cache = self.tz, self.boot_time, self.cache
+        if self.dask is not None:
+            return lambda files: pool.submit(_read_group_from, os.getcwd(), files, tz, boot_time,
+                                             cache and os.path.abspath(cache), False)
+        return lambda files: pool.submit(_read_group, files, tz, boot_time, cache, True, TASK_MAX_EVENTS)
+
+    def _take(self, r: Result, unit: _Unit) -> Iterator[FaultEvent]:
+        """The selected events of one result; then its error reported and its counts added."""
+        events, outcome = r.events, r.outcome
+        if events is None:  # held back by a pool task at its event bound: read here
+            f = next(f for f in unit.files if str(f.path) == r.input_id)
+            events = _stream_file(f, self.tz, self.boot_time, False)
+        if isinstance(events, list):
+            yield from self._select(events, r.input_id)
+        else:  # streamed: each event written out as it is parsed
+            outcome = yield from self._select(events, r.input_id)
+        assert outcome is not None
+        if outcome.error is not None:
+            self.report(outcome.error)
+        if not outcome.counted:
+            return
+        self.stats.files += 1
+        if outcome.records is not None:
+            self.stats.records += outcome.records
+            self.stats.unparsed += outcome.unparsed  # type: ignore[operator]
+
+    def _select(self, events: Iterable[FaultEvent], input_id: str) -> Generator[FaultEvent, None, Any]:
+        """The events of one input that are no copy and pass the filters; returns what a
+        streamed input returns."""
+        scope = input_id if input_id == "-" else os.path.dirname(os.path.abspath(input_id))
+        from_journal = self.dedupe and input_id != "-" and _is_journal(Path(input_id))
+        stats = self.stats
+        it = iter(events)
+        while True:
+            try:
+                e = next(it)
+            except StopIteration as stop:
+                return stop.value
+            if from_journal and self._journal_repeat(e):
+                continue
+            if self.deduper is not None and not self.deduper.accept(e, input_id, scope):
+                stats.copies_dropped += 1
+                continue
+            if self.filters.kernel_only and e.attrs.get("injected"):
+                stats.injected += 1
+                continue
+            if self.filters.match(e):
+                stats.events += 1
+                yield e
+
+    def _journal_repeat(self, e: FaultEvent) -> bool:
+        """True (counted in stats.journal_duplicates) when an agent-journal record was yielded
+        before (same host, boot id, seq, kind, Xid)."""
+        key = journal_record_key(e)
+        if key is None:
+            return False
+        if key in self.journal_seen:
+            self.stats.journal_duplicates += 1
+            return True
+        self.journal_seen.add(key)
+        return False
 
 
 def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None = None,
@@ -377,8 +631,6 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
     from the iterator when the cluster loses a task. Directories in ``exclude`` are not read
     (a report directory inside the logs' directory).
     """
-    stats = IngestStats()
-    filters = filters or Filters()
     paths = list(paths)
     jobs = (os.cpu_count() or 1) if jobs is None else max(1, int(jobs))
     cache = str(cache_dir) if cache_dir is not None else None
@@ -386,139 +638,5 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
     if scheduler is not None:
         from nodewarden.analysis.cluster import DaskPool
         dask = DaskPool(scheduler)
-
-    def report(msg: str) -> None:
-        stats.errors.append(msg)
-        if on_error is not None:
-            on_error(msg)
-
-    def gen() -> Iterator[FaultEvent]:
-        file_paths = [p for p in paths if p != "-"]
-        files, errors = expand_paths(file_paths, exclude=list(exclude))
-        # Copies exist only across inputs: with one input there is nothing to de-duplicate.
-        deduper = CopyDeduper() if dedupe and len(files) + ("-" in paths) > 1 else None
-        journal_seen: set[tuple[Any, ...]] = set()  # journal_record_key of every journal record yielded
-        for err in errors:
-            report(str(err))
-        # Units in input order: (True, files) for a pool task, (False, read) read here.
-        units: list[tuple[bool, object]] = []
-        if "-" in paths:
-            def read_stdin() -> Streamed:
-                parser = KernelLogParser(source="stdin")
-                ctx = TimeContext.make(tz=tz, boot_time=boot_time)
-                stream = stdin if stdin is not None else getattr(sys.stdin, "buffer", None)
-                if stream is None:
-                    return None, None, "-: standard input is closed", False
-                try:
-                    yield from events_from_stream(stream, parser, ctx)
-                except (OSError, EOFError) as e:
-                    return parser.stats.records, parser.stats.unparsed, f"-: {e}", True
-                return parser.stats.records, parser.stats.unparsed, None, True
-            units.append((False, lambda: [("-", read_stdin(), None, None, None, True)]))
-        group: list[LogFile] = []
-
-        def close_group() -> None:
-            if group:
-                units.append((True, list(group)))
-                group.clear()
-
-        for f in files:
-            st = _stat(f)
-            if st is not None and stat.S_ISCHR(st.st_mode) and not _is_kmsg(st):
-                close_group()
-                units.append((False, lambda f=f: [(str(f.path), [], None, None,
-                                                  f"{f.path}: a device other than /dev/kmsg, not read", False)]))
-            elif st is not None and stat.S_ISCHR(st.st_mode):
-                close_group()
-                units.append((False, lambda f=f: [_run_source(str(f.path), lambda: _read_kmsg(f, tz))]))
-            elif not _small_file(st) and dask is None:
-                close_group()  # read_file splits it across processes itself
-                # --jobs 1: one process, a large file included
-                units.append((False, lambda f=f: _group_results([f], tz, boot_time, cache, jobs > 1)))
-            else:
-                if group and (group[0].path.parent != f.path.parent or len(group) >= GROUP_MAX_FILES):
-                    close_group()
-                group.append(f)
-        close_group()
-
-        def select(events: Iterable[FaultEvent], input_id: str, scope: str) -> Generator[FaultEvent, None, Any]:
-            """The events of one input that are no copy and pass the filters; returns what a
-            streamed input returns."""
-            from_journal = dedupe and input_id != "-" and _is_journal(Path(input_id))
-            it = iter(events)
-            while True:
-                try:
-                    e = next(it)
-                except StopIteration as stop:
-                    return stop.value
-                if from_journal:  # an agent-journal record counts once (host, boot id, seq)
-                    key = journal_record_key(e)
-                    if key is not None:
-                        if key in journal_seen:
-                            stats.journal_duplicates += 1
-                            continue
-                        journal_seen.add(key)
-                if deduper is not None and not deduper.accept(e, input_id, scope):
-                    stats.copies_dropped += 1
-                    continue
-                if filters.kernel_only and e.attrs.get("injected"):
-                    stats.injected += 1
-                    continue
-                if filters.match(e):
-                    stats.events += 1
-                    yield e
-
-        pooled = [i for i, (in_pool, _) in enumerate(units) if in_pool]
-        pool = dask
-        if pool is None and jobs > 1 and len(pooled) > 1:
-            from nodewarden.analysis.cluster import ProcessPool
-            pool = ProcessPool(min(jobs, len(pooled)))
-        split = dask is None  # a Dask worker parses a large file by itself
-        # Tasks submitted ahead of the one consumed: bounds the events held.
-        window = 4 * (pool.slots if pool is not None else 1)
-        inflight: dict[int, object] = {}
-        next_task = 0
-        finished = False
-        try:
-            for i, (in_pool, unit) in enumerate(units):
-                if in_pool and pool is not None:
-                    while next_task < len(pooled) and (len(inflight) < window or pooled[next_task] <= i):
-                        j = pooled[next_task]
-                        if dask is not None:
-                            inflight[j] = pool.submit(_read_group_from, os.getcwd(), units[j][1], tz, boot_time,
-                                                      cache and os.path.abspath(cache), split)
-                        else:
-                            inflight[j] = pool.submit(_read_group, units[j][1], tz, boot_time, cache, split,
-                                                      TASK_MAX_EVENTS)
-                        next_task += 1
-                    results = pool.result(inflight.pop(i))
-                elif in_pool:
-                    results = _group_results(unit, tz, boot_time, cache)  # type: ignore[arg-type]
-                else:
-                    results = unit()  # type: ignore[operator]
-                for input_id, events, records, unparsed, error, counted in results:
-                    if events is None:  # held back by a pool task at its event bound: read here
-                        f = next(f for f in unit if str(f.path) == input_id)  # type: ignore[attr-defined]
-                        events = _stream_file(f, tz, boot_time, False)
-                    scope = input_id if input_id == "-" else os.path.dirname(os.path.abspath(input_id))
-                    if isinstance(events, list):
-                        yield from select(events, input_id, scope)
-                    else:  # streamed: each event written out as it is parsed
-                        records, unparsed, error, counted = yield from select(events, input_id, scope)
-                    if error is not None:
-                        report(error)
-                    if not counted:
-                        continue
-                    stats.files += 1
-                    if records is not None:
-                        stats.records += records
-                        stats.unparsed += unparsed
-            finished = True
-        finally:
-            if pool is not None:
-                pool.close(finished)
-            if cache is not None and not finished and dask is None:
-                from nodewarden.analysis.cache import remove_stale_tmp
-                remove_stale_tmp(cache)  # what workers stopped mid-write left
-
-    return gen(), stats
+    run = _Run(filters or Filters(), tz, boot_time, dedupe, stdin, on_error, jobs, cache, dask)
+    return run.events(paths, exclude), run.stats

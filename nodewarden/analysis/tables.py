@@ -292,6 +292,22 @@ def table5_xid_groups(df: pd.DataFrame) -> pd.DataFrame:
 
 # ---- IB flash cuts ---------------------------------------------------------------------------
 
+# analyze reads ib_link_down/ib_link_up events up to this many seconds past --until: a cut that
+# begins before --until ends at most flash_cuts' max_seconds (60 s) later, and its up line is
+# what makes the drop a cut (the report then keeps the cuts by their start, and drops the extra
+# lines). Twice max_seconds leaves room for the skew between the log stamps of two files.
+FLASH_CUT_GRACE_S = 120.0
+
+
+def kinds_to_read(kinds: frozenset[str] | None) -> frozenset[str] | None:
+    """The event kinds analyze reads to report ``kinds`` (its ``--kind``; None: every kind):
+    ``kinds`` itself, plus ``ib_link_down`` and ``ib_link_up`` when it names ``ib_flash_cut``,
+    since the cuts of kernel logs are derived from those pairs (:func:`flash_cuts`)."""
+    if kinds is None or ev.IB_FLASH_CUT not in kinds:
+        return kinds
+    return kinds | {ev.IB_LINK_DOWN, ev.IB_LINK_UP}
+
+
 def flash_cuts(df: pd.DataFrame, max_seconds: float = 60.0, skew: float = 1.0) -> pd.DataFrame:
     """Every IB flash cut in the frame, one row each: ``time`` (the drop), ``host``, ``device``
     (``mlx5_0/1``), ``source`` (``log``: derived from an ib_link_down/ib_link_up pair of at most

@@ -10,12 +10,17 @@ exports (:class:`Sample`), and the fault events it saw since the previous call (
 that rose, a GPU that was lost, a port that left ACTIVE). Absent hardware is an empty
 snapshot, not an error. Roots (``sysfs``), clocks and libraries are constructor parameters so
 that tests point the same code at fixture trees and at the NVML simulator.
+
+What the agent does beyond ``collect()`` depends on what a collector declares, never on its
+name: one with a ``ports()`` method (:class:`PortSource`) has its port records shown to the
+flash-cut detector after every ``collect()``; one with a ``close()`` method has it called when
+the agent stops. The collectors the agent knows are listed in :mod:`nodewarden.collectors`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from nodewarden.events import FaultEvent
 
@@ -55,3 +60,14 @@ class Collector(Protocol):
     name: str
 
     def collect(self) -> Snapshot: ...
+
+
+@runtime_checkable
+class PortSource(Protocol):
+    """A collector that also gives its network ports' records, for the flash-cut detector
+    (:class:`nodewarden.agent.poller.FlashCuts`): called right after each ``collect()``, in the
+    same worker thread, it returns the records that ``collect()`` read (each with ``device``,
+    ``port``, ``link_downed`` and ``active``: :func:`nodewarden.sysfs.infiniband.port_active`,
+    None when the state is unreadable; optionally ``netdev``)."""
+
+    def ports(self) -> Sequence[Any]: ...

@@ -1,18 +1,8 @@
-"""CPU memory ECC error counts from ``/sys/devices/system/edac/mc``.
+"""CPU memory ECC error counts from ``/sys/devices/system/edac/mc``: the records of
+:mod:`nodewarden.sysfs.edac` (files, layouts, kernel ABI) mapped to series and events.
 
-Kernel ABI: ``Documentation/ABI/testing/sysfs-devices-edac`` (files), ``drivers/edac/
-edac_mc_sysfs.c`` (which objects exist). A memory controller ``mc<N>/`` holds ``mc_name``,
-``seconds_since_reset``, ``ce_count``/``ue_count`` (all errors) and ``ce_noinfo_count``/
-``ue_noinfo_count`` (errors the driver could not place), and one of two layouts (Y-001):
-
-* per DIMM (kernels >= 3.5): ``dimm<K>/`` — or ``rank<K>/`` for chip-select based drivers —
-  with ``dimm_ce_count``, ``dimm_ue_count``, ``dimm_label`` (``CPU_SrcID#0_Ha#0_Chan#2_DIMM#0``
-  as sb_edac/skx_edac name slots; empty when unset) and ``dimm_location``
-  (``channel 2 slot 0``);
-* legacy per chip-select row: ``csrow<R>/`` with ``ce_count``, ``ue_count`` and per channel
-  ``ch<C>_ce_count``, ``ch<C>_dimm_label``. Kernels built with ``CONFIG_EDAC_LEGACY_SYSFS``
-  show it *beside* the per-DIMM objects, counting the same errors: the per-DIMM layout wins
-  whenever it is present, so nothing is counted twice.
+The per-DIMM layout wins whenever a controller has it: the legacy ``csrow<R>/`` view that
+``CONFIG_EDAC_LEGACY_SYSFS`` shows beside it counts the same errors, so nothing is counted twice.
 
 Series (``controller`` is ``mc0``; ``dimm`` the DIMM's label, else its object name ``dimm3``,
 ``rank3`` or ``csrow2_ch1``; the legacy layout's UEs, which it counts per row only, are
@@ -34,16 +24,15 @@ wrote ``reset_counters``) only moves the baseline.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import re
 import time
 from pathlib import Path
 from typing import Callable
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
-from nodewarden.sysfs.attrs import AttrReader, listdir, natural_key
+from nodewarden.sysfs.attrs import AttrReader, natural_key
+from nodewarden.sysfs.edac import Controller, read_controllers
 
 NAME = "edac"
 UNREADABLE = "nodewarden_collector_unreadable_files"
@@ -57,46 +46,6 @@ HELP = {
     "nodewarden_edac_since_reset_seconds": "Seconds since the controller's EDAC counters were last reset.",
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll.",
 }
-_MC = re.compile(r"^mc\d+$")
-_DIMM = re.compile(r"^(?:dimm|rank)\d+$")
-_CSROW = re.compile(r"^csrow\d+$")
-_CH_CE = re.compile(r"^ch(\d+)_ce_count$")
-
-
-@dataclasses.dataclass
-class Dimm:
-    """``dimm<K>/`` or ``rank<K>/``."""
-
-    name: str                 # dimm3
-    label: str | None         # dimm_label
-    location: str | None      # dimm_location
-    ce: int | None            # dimm_ce_count
-    ue: int | None            # dimm_ue_count
-
-
-@dataclasses.dataclass
-class Csrow:
-    """Legacy ``csrow<R>/``."""
-
-    name: str                 # csrow2
-    ce: int | None            # ce_count
-    ue: int | None            # ue_count
-    channels: list[tuple[int, str | None, int | None]]  # (C, ch<C>_dimm_label, ch<C>_ce_count)
-
-
-@dataclasses.dataclass
-class Controller:
-    """``mc<N>/``."""
-
-    name: str                          # mc0
-    mc_name: str | None = None         # mc_name
-    seconds_since_reset: int | None = None  # seconds_since_reset
-    ce: int | None = None              # ce_count
-    ue: int | None = None              # ue_count
-    ce_noinfo: int | None = None       # ce_noinfo_count
-    ue_noinfo: int | None = None       # ue_noinfo_count
-    dimms: list[Dimm] = dataclasses.field(default_factory=list)
-    csrows: list[Csrow] = dataclasses.field(default_factory=list)
 
 
 # ---- pure ------------------------------------------------------------------------------------
@@ -118,9 +67,9 @@ def dimm_counts(mc: Controller) -> dict[tuple[str, str], int]:
     elif mc.csrows:
         for row in mc.csrows:
             known = 0
-            for idx, label, ce in row.channels:
-                add(label or f"{row.name}_ch{idx}", CE, ce)
-                known += ce or 0
+            for ch in row.channels:
+                add(ch.label or f"{row.name}_ch{ch.index}", CE, ch.ce)
+                known += ch.ce or 0
             if row.ce is not None and (not row.channels or row.ce > known):
                 add(row.name, CE, row.ce - known)  # CEs the driver could not give a channel
             add(row.name, UE, row.ue)
@@ -145,57 +94,29 @@ def rises(before: dict[tuple[str, str, str], int], after: dict[tuple[str, str, s
     return out
 
 
-# ---- thin reads ------------------------------------------------------------------------------
-
-def read_controller(mcdir: Path, r: AttrReader) -> Controller:
-    mc = Controller(mcdir.name, r.text(mcdir / "mc_name") or None, r.counter(mcdir / "seconds_since_reset"),
-                    r.counter(mcdir / "ce_count"), r.counter(mcdir / "ue_count"),
-                    r.counter(mcdir / "ce_noinfo_count"), r.counter(mcdir / "ue_noinfo_count"))
-    for entry in listdir(mcdir):
-        d = mcdir / entry
-        if _DIMM.match(entry):
-            mc.dimms.append(Dimm(entry, r.text(d / "dimm_label") or None, r.text(d / "dimm_location") or None,
-                                 r.counter(d / "dimm_ce_count"), r.counter(d / "dimm_ue_count")))
-        elif _CSROW.match(entry):
-            channels = []
-            for f in listdir(d):
-                m = _CH_CE.match(f)
-                if m:
-                    idx = int(m.group(1))
-                    channels.append((idx, r.text(d / f"ch{idx}_dimm_label") or None, r.counter(d / f)))
-            mc.csrows.append(Csrow(entry, r.counter(d / "ce_count"), r.counter(d / "ue_count"), channels))
-    return mc
-
+# ---- collector -------------------------------------------------------------------------------
 
 class EdacCollector:
-    """Polls ``<sysfs>/devices/system/edac/mc``. No EDAC driver loaded: empty snapshot."""
+    """Polls ``<sysfs>/devices/system/edac/mc`` (:func:`nodewarden.sysfs.edac.read_controllers`).
+    No EDAC driver loaded: an empty snapshot. ``clock``: Unix time of the events."""
 
     name = NAME
 
     def __init__(self, sysfs: str | Path = "/sys", clock: Callable[[], float] = time.time) -> None:
         self.sysfs = Path(sysfs)
         self.clock = clock
-        self._counts: dict[tuple[str, str, str], int] = {}
-        self._mc_names: dict[str, str | None] = {}
+        self._counts: dict[tuple[str, str, str], int] = {}  # (controller, dimm, type) -> the last poll's count
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
-        root = self.sysfs / "devices" / "system" / "edac" / "mc"
-        mcs = [m for m in listdir(root) if _MC.match(m)]
-        if not mcs:
+        r = AttrReader()
+        controllers = read_controllers(self.sysfs, r)
+        if not controllers:
             self._counts = {}
             return snap
-        r = AttrReader()
         counts: dict[tuple[str, str, str], int] = {}
-        mc_names: dict[str, str | None] = {}
-        for m in mcs:
-            try:
-                mc = read_controller(root / m, r)
-            except OSError:  # the controller went away while being read (driver unload)
-                r.unreadable += 1
-                continue
-            mc_names[m] = mc.mc_name
-            ctl = (("controller", m),)
+        for mc in controllers:
+            ctl = (("controller", mc.name),)
             snap.add("nodewarden_edac_controller_info", ctl + (("mc_name", mc.mc_name or ""),), 1, GAUGE,
                      HELP["nodewarden_edac_controller_info"])
             if mc.seconds_since_reset is not None:
@@ -204,17 +125,20 @@ class EdacCollector:
             per = dimm_counts(mc)
             for (dimm, typ), value in sorted(per.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
                 snap.add(METRIC[typ], ctl + (("dimm", dimm),), value, COUNTER, HELP[METRIC[typ]])
-                counts[(m, dimm, typ)] = value
+                counts[(mc.name, dimm, typ)] = value
         snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
         now = self.clock()
+        mc_names = {mc.name: mc.mc_name for mc in controllers}
         for (m, dimm, typ), delta, value in rises(self._counts, counts):
             snap.events.append(ecc_event(m, dimm, typ, delta, value, mc_names.get(m), now))
-        self._counts, self._mc_names = counts, mc_names
+        self._counts = counts
         return snap
 
 
 def ecc_event(controller: str, dimm: str, typ: str, delta: int, count: int, mc_name: str | None,
               now: float) -> ev.FaultEvent:
+    """The ``cpu_ecc`` event of a count that rose by ``delta`` to ``count`` on ``dimm`` of
+    ``controller`` (``typ`` corrected/uncorrected), dated ``now`` (Unix time, wall clock)."""
     what = "CE" if typ == CE else "UE"
     msg = f"EDAC {controller}: {delta} {what} on {dimm} (sysfs count {count})"
     return ev.FaultEvent(

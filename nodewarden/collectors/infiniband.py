@@ -41,24 +41,25 @@ is absent, never 0, and the file is counted in ``nodewarden_collector_unreadable
 ``hw_counters/lifespan`` (the counters' cache lifetime in ms, a setting, not a count) are not
 exported.
 
-Between two polls the collector emits ``ib_link_down`` when a port leaves ACTIVE and
-``ib_link_up`` when it comes back (source ``sysfs``, device ``mlx5_0/1``); :meth:`ports` hands
-the latest readings to :class:`nodewarden.parsing.flashcut.FlashCutDetector`.
+The ports are read by :func:`nodewarden.sysfs.infiniband.read_devices` (the records the links
+check judges too); ``link_layer`` of a port without that file is ``InfiniBand``
+(:func:`~nodewarden.sysfs.infiniband.read_link_layer`). Between two polls the collector emits
+``ib_link_down`` when a port stops being active and ``ib_link_up`` when it is again (source
+``sysfs``, device ``mlx5_0/1``), active as :func:`~nodewarden.sysfs.infiniband.port_active`
+decides; :meth:`InfinibandCollector.ports` hands the latest records to the flash-cut detector.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
-from nodewarden.sysfs.attrs import AttrReader, listdir, natural_key, parse_code_name, parse_counter
-from nodewarden.sysfs.infiniband import IB_ACTIVE, IB_LINKUP, parse_ib_rate
+from nodewarden.sysfs.attrs import AttrReader, natural_key
+from nodewarden.sysfs.infiniband import Port, parse_ib_rate, read_devices
 
 NAME = "infiniband"
 UNREADABLE = "nodewarden_collector_unreadable_files"
@@ -92,10 +93,6 @@ ERROR_COUNTERS = ("symbol_error", "port_rcv_errors", "port_rcv_remote_physical_e
                   "port_rcv_switch_relay_errors", "port_xmit_discards", "port_xmit_constraint_errors",
                   "port_rcv_constraint_errors", "local_link_integrity_errors",
                   "excessive_buffer_overrun_errors", "VL15_dropped")
-# The ABI document names the file port_rcv_contraint_errors (sic); kernels create
-# port_rcv_constraint_errors (Y-002/Y-003). Both read as the correct name.
-ALIASES = {"port_rcv_contraint_errors": "port_rcv_constraint_errors"}
-NOT_COUNTERS = ("lifespan",)
 
 HELP = {
     "nodewarden_ib_port_state": "IB port logical state as sysfs numbers it (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER).",
@@ -134,13 +131,9 @@ _DIRECT: dict[str, tuple[str, tuple[tuple[str, str], ...], int]] = {
 
 # ---- pure parsers ------------------------------------------------------------------------------
 
-def counter_name(filename: str) -> str:
-    """The counter a ``counters/`` file holds, with the ABI document's misspelling corrected."""
-    return ALIASES.get(filename, filename)
-
-
-def extended_counters(names: list[str] | tuple[str, ...] | set[str]) -> bool:
-    """True when ``counters/`` comes from PortCountersExtended (64-bit data/packet counters)."""
+def extended_counters(names: Collection[str]) -> bool:
+    """True when ``counters/`` (its counter names) comes from PortCountersExtended (64-bit
+    data/packet counters)."""
     return any(n in names for n in EXTENDED_ONLY)
 
 
@@ -158,40 +151,7 @@ def rate_bytes_per_second(text: str | None) -> float | None:
     return gbit * 1e9 / 8 if gbit is not None else None
 
 
-def is_active(state: int | None, phys_state: int | None) -> bool:
-    """ACTIVE and, when known, LinkUp."""
-    return state == IB_ACTIVE and phys_state in (None, IB_LINKUP)
-
-
-# ---- readings ----------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PortReading:
-    """One port's state at the latest poll, for the flash-cut detector.
-
-    ``state``/``phys_state``: the numbers of ``ports/<n>/state``/``phys_state`` (None when
-    unreadable); ``link_downed``: ``counters/link_downed`` (None when unreadable or N/A);
-    ``netdev``: the RoCE port's netdev (``gid_attrs/ndevs/0``) when the link layer is Ethernet.
-    """
-
-    device: str        # class/infiniband/<device>
-    port: int          # ports/<port>
-    state: int | None  # ports/<port>/state
-    phys_state: int | None  # ports/<port>/phys_state
-    link_downed: int | None  # ports/<port>/counters/link_downed
-    link_layer: str | None  # ports/<port>/link_layer
-    state_name: str | None = None
-    phys_state_name: str | None = None
-    netdev: str | None = None
-
-    @property
-    def key(self) -> str:
-        return f"{self.device}/{self.port}"
-
-    @property
-    def active(self) -> bool:
-        return is_active(self.state, self.phys_state)
-
+# ---- collector ---------------------------------------------------------------------------------
 
 class InfinibandCollector:
     """Polls ``<sysfs>/class/infiniband``. Absent directory: empty snapshot."""
@@ -201,108 +161,87 @@ class InfinibandCollector:
     def __init__(self, sysfs: str | Path = "/sys", clock: Callable[[], float] = time.time) -> None:
         self.sysfs = Path(sysfs)
         self.clock = clock
-        self._ports: dict[str, PortReading] = {}
+        self._ports: dict[str, Port] = {}
         self._last_t: float | None = None
 
-    def ports(self) -> list[PortReading]:
-        """The latest per-port readings (empty before the first :meth:`collect`)."""
+    def ports(self) -> list[Port]:
+        """The latest port records (empty before the first :meth:`collect`)."""
         return list(self._ports.values())
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
-        root = self.sysfs / "class" / "infiniband"
-        if not root.is_dir():
+        if not (self.sysfs / "class" / "infiniband").is_dir():
             self._ports = {}
             return snap
         reader = AttrReader()
         now = self.clock()
-        current: dict[str, PortReading] = {}
-        for dev in listdir(root):
-            ddir = root / dev
-            board, fw = reader.text(ddir / "board_id"), reader.text(ddir / "fw_ver")
-            for num in listdir(ddir / "ports"):
-                if not num.isdigit():
-                    continue
-                try:
-                    reading = self._port(snap, reader, dev, int(num), ddir / "ports" / num, board, fw)
-                except OSError:  # the port vanished while being read: the others still answer
-                    reader.unreadable += 1
-                    continue
-                current[reading.key] = reading
+        current: dict[str, Port] = {}
+        for dev in read_devices(self.sysfs, reader):
+            for p in dev.ports:
+                _port_samples(snap, p, dev.board_id, dev.fw_ver)
+                current[p.key] = p
         snap.add(UNREADABLE, {"collector": NAME}, reader.unreadable, GAUGE, HELP[UNREADABLE])
         snap.events.extend(transitions(self._ports, current, now, self._last_t))
         self._ports, self._last_t = current, now
         return snap
 
-    def _port(self, snap: Snapshot, reader: AttrReader, dev: str, port: int, pdir: Path,
-              board: str | None, fw: str | None) -> PortReading:
-        labels = (("device", dev), ("port", str(port)))
-        state = parse_code_name(reader.text(pdir / "state"))
-        phys = parse_code_name(reader.text(pdir / "phys_state"))
-        layer = reader.text(pdir / "link_layer")
-        if state[0] is not None:
-            snap.add("nodewarden_ib_port_state", labels, state[0], GAUGE, HELP["nodewarden_ib_port_state"])
-        if phys[0] is not None:
-            snap.add("nodewarden_ib_port_phys_state", labels, phys[0], GAUGE, HELP["nodewarden_ib_port_phys_state"])
-        rate = rate_bytes_per_second(reader.text(pdir / "rate"))
-        if rate is not None:
-            snap.add("nodewarden_ib_port_rate_bytes_per_second", labels, rate, GAUGE,
-                     HELP["nodewarden_ib_port_rate_bytes_per_second"])
-        info = labels + (("link_layer", layer or ""), ("board_id", board or ""), ("fw_ver", fw or ""))
-        snap.add("nodewarden_ib_port_info", info, 1, GAUGE, HELP["nodewarden_ib_port_info"])
 
-        names = listdir(pdir / "counters")
-        extended = extended_counters(names)
-        link_downed = None
-        for fname in names:
-            counter = counter_name(fname)
-            value = reader.counter(pdir / "counters" / fname)
-            if value is None:
-                continue
-            if counter == "link_downed":
-                link_downed = value
-            metric, extra, mult = _DIRECT.get(counter, (None, (), 1))
-            if metric is None:
-                if counter in ERROR_COUNTERS:
-                    metric, extra = "nodewarden_ib_port_errors_total", (("counter", counter),)
-                else:
-                    metric, extra = "nodewarden_ib_port_stat_total", (("counter", counter),)
-            snap.add(metric, labels + extra, value * mult, COUNTER, HELP[metric])
-            top = saturation_max(counter, extended)
-            if top is not None and value >= top:
-                snap.add("nodewarden_ib_port_saturated", labels + (("counter", counter),), 1, GAUGE,
-                         HELP["nodewarden_ib_port_saturated"])
-        for fname in listdir(pdir / "hw_counters"):
-            if fname in NOT_COUNTERS:
-                continue
-            value = reader.counter(pdir / "hw_counters" / fname)
-            if value is not None:
-                snap.add("nodewarden_ib_hw_stat_total", labels + (("counter", fname),), value, COUNTER,
-                         HELP["nodewarden_ib_hw_stat_total"])
-        netdev = reader.text(pdir / "gid_attrs" / "ndevs" / "0") if layer == "Ethernet" else None
-        return PortReading(dev, port, state[0], phys[0], link_downed, layer, state[1], phys[1], netdev or None)
+def _port_samples(snap: Snapshot, p: Port, board: str | None, fw: str | None) -> None:
+    """One port record's series."""
+    labels = (("device", p.device), ("port", str(p.port)))
+    if p.state is not None:
+        snap.add("nodewarden_ib_port_state", labels, p.state, GAUGE, HELP["nodewarden_ib_port_state"])
+    if p.phys_state is not None:
+        snap.add("nodewarden_ib_port_phys_state", labels, p.phys_state, GAUGE, HELP["nodewarden_ib_port_phys_state"])
+    rate = rate_bytes_per_second(p.rate)
+    if rate is not None:
+        snap.add("nodewarden_ib_port_rate_bytes_per_second", labels, rate, GAUGE,
+                 HELP["nodewarden_ib_port_rate_bytes_per_second"])
+    info = labels + (("link_layer", p.link_layer or ""), ("board_id", board or ""), ("fw_ver", fw or ""))
+    snap.add("nodewarden_ib_port_info", info, 1, GAUGE, HELP["nodewarden_ib_port_info"])
+    extended = extended_counters(p.counters)
+    for counter, value in p.counters.items():
+        if value is None:
+            continue
+        metric, extra, mult = _DIRECT.get(counter, (None, (), 1))
+        if metric is None:
+            if counter in ERROR_COUNTERS:
+                metric, extra = "nodewarden_ib_port_errors_total", (("counter", counter),)
+            else:
+                metric, extra = "nodewarden_ib_port_stat_total", (("counter", counter),)
+        snap.add(metric, labels + extra, value * mult, COUNTER, HELP[metric])
+        top = saturation_max(counter, extended)
+        if top is not None and value >= top:
+            snap.add("nodewarden_ib_port_saturated", labels + (("counter", counter),), 1, GAUGE,
+                     HELP["nodewarden_ib_port_saturated"])
+    for counter, value in p.hw_counters.items():
+        if value is not None:
+            snap.add("nodewarden_ib_hw_stat_total", labels + (("counter", counter),), value, COUNTER,
+                     HELP["nodewarden_ib_hw_stat_total"])
 
 
 # ---- events ------------------------------------------------------------------------------------
 
-def transitions(before: dict[str, PortReading], after: dict[str, PortReading], now: float,
+def transitions(before: dict[str, Port], after: dict[str, Port], now: float,
                 since: float | None = None) -> list[ev.FaultEvent]:
-    """``ib_link_down`` for each port ACTIVE in ``before`` and not in ``after``, ``ib_link_up``
+    """``ib_link_down`` for each port active in ``before`` and not in ``after``, ``ib_link_up``
     for the reverse. Ports seen only once (first poll, hot-plug) make no event; a port whose
-    state could not be read is not judged. ``since``: the time of ``before`` (``attrs.since``:
-    the change happened after it)."""
+    state could not be read (``active`` None) is not judged. ``since``: the time of ``before``
+    (``attrs.since``: the change happened after it)."""
     out = []
     for key in sorted(after, key=natural_key):
         new, old = after[key], before.get(key)
-        if old is None or old.state is None or new.state is None or old.active == new.active:
+        if old is None or old.active is None or new.active is None or old.active == new.active:
             continue
         kind = ev.IB_LINK_UP if new.active else ev.IB_LINK_DOWN
         out.append(port_event(kind, new, old, now, since))
     return out
 
 
-def port_event(kind: str, new: PortReading, old: PortReading, now: float,
+def port_event(kind: str, new: Port, old: Port, now: float,
                since: float | None = None) -> ev.FaultEvent:
+    """The ``ib_link_down``/``ib_link_up`` event (``kind``) of port ``new`` after ``old`` at Unix
+    time ``now`` (seconds), read from sysfs."""
     state = new.state_name or str(new.state)
     phys = new.phys_state_name or str(new.phys_state)
     msg = (f"{new.device}: Port: {new.port} state {old.state_name or old.state} -> {state}, "

@@ -2,10 +2,11 @@
 
 Kernel ABI: ``Documentation/ABI/testing/sysfs-class-net`` (``operstate``, ``carrier``,
 ``carrier_changes`` since 3.15, ``carrier_up_count``/``carrier_down_count`` since 4.16,
-``speed`` in Mb/s, -1 or EINVAL when unknown or down). Physical interfaces are those with a
-``device`` link; ``lo``, ``veth*``, ``docker*``, bridges (a ``bridge/`` directory), bonds and
-other virtual interfaces have none or are named so, and SR-IOV VF netdevs (``device/physfn``)
-are left out to bound the series count. Series, per ``device`` (the interface name):
+``speed`` in Mb/s, -1 or EINVAL when unknown or down), read by
+:func:`nodewarden.sysfs.net.read_netdevs`. Only physical interfaces are exported
+(:func:`nodewarden.sysfs.net.is_physical`, the rule the links check follows too: a ``device``
+link, not a bridge, not an SR-IOV VF; ``lo``, ``veth*``, ``docker*``, bonds and other virtual
+interfaces have no ``device`` link). Series, per ``device`` (the interface name):
 
 * ``nodewarden_net_carrier_changes_total`` (``carrier_changes``)
 * ``nodewarden_net_carrier_up_changes_total``, ``nodewarden_net_carrier_down_changes_total``
@@ -24,21 +25,18 @@ more, one down/up pair per two changes (attrs ``flap`` true, ``detected_by``
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import os
 import time
 from pathlib import Path
 from typing import Callable
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
-from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, listdir, read_attr
+from nodewarden.sysfs.attrs import AttrReader
+from nodewarden.sysfs.net import Netdev, is_physical, read_netdevs
 
 NAME = "netclass"
 UNREADABLE = "nodewarden_collector_unreadable_files"
-SKIP_PREFIXES = ("lo", "veth", "docker")
 HELP = {
     "nodewarden_net_carrier_changes_total": "Carrier changes of the interface (carrier_changes).",
     "nodewarden_net_carrier_up_changes_total": "Carrier up transitions (carrier_up_count).",
@@ -48,25 +46,6 @@ HELP = {
     "nodewarden_net_speed_bytes_per_second": "Negotiated link speed.",
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll.",
 }
-COUNTERS = (("carrier_changes", "nodewarden_net_carrier_changes_total"),
-            ("carrier_up_count", "nodewarden_net_carrier_up_changes_total"),
-            ("carrier_down_count", "nodewarden_net_carrier_down_changes_total"))
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NetReading:
-    """One interface at one poll."""
-
-    name: str                      # class/net/<name>
-    operstate: str | None          # operstate
-    carrier: int | None            # carrier
-    carrier_changes: int | None    # carrier_changes
-    speed_mbit: int | None         # speed (Mb/s; None when -1 or unreadable)
-    pci_bus_id: str | None = None  # device -> its PCI function
-
-    @property
-    def up(self) -> bool:
-        return link_up(self.operstate, self.carrier)
 
 
 # ---- pure ------------------------------------------------------------------------------------
@@ -78,31 +57,20 @@ def link_up(operstate: str | None, carrier: int | None) -> bool:
     return operstate == "up"
 
 
-def parse_speed(text: str | None) -> int | None:
-    """``100000`` -> 100000 (Mb/s); ``-1``, ``0``, unreadable -> None."""
-    try:
-        mbit = int(text) if text is not None else None
-    except ValueError:
-        return None
-    return mbit if mbit is not None and mbit > 0 else None
+def is_up(d: Netdev) -> bool:
+    """:func:`link_up` of an interface record."""
+    return link_up(d.operstate, d.carrier)
 
 
-def parse_int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def link_events(before: NetReading | None, after: NetReading, now: float,
+def link_events(before: Netdev | None, after: Netdev, now: float,
                 since: float | None = None) -> list[ev.FaultEvent]:
     """The events one interface's two consecutive readings imply (see the module doc); ``since``
     is the time of the ``before`` reading (flap events carry it as ``attrs.since``)."""
     if before is None:
         return []
-    if before.up != after.up:
-        return [net_event(ev.NET_LINK_UP if after.up else ev.NET_LINK_DOWN, before, after, now)]
-    if after.up and before.carrier_changes is not None and after.carrier_changes is not None:
+    if is_up(before) != is_up(after):
+        return [net_event(ev.NET_LINK_UP if is_up(after) else ev.NET_LINK_DOWN, before, after, now)]
+    if is_up(after) and before.carrier_changes is not None and after.carrier_changes is not None:
         flaps = (after.carrier_changes - before.carrier_changes) // 2
         out = []
         for _ in range(max(0, flaps)):
@@ -112,8 +80,11 @@ def link_events(before: NetReading | None, after: NetReading, now: float,
     return []
 
 
-def net_event(kind: str, before: NetReading, after: NetReading, now: float, flap: bool = False,
+def net_event(kind: str, before: Netdev, after: Netdev, now: float, flap: bool = False,
               since: float | None = None) -> ev.FaultEvent:
+    """The ``net_link_down``/``net_link_up`` event (``kind``) of interface ``after`` after
+    ``before`` at Unix time ``now`` (seconds); ``flap``: one of a pair a ``carrier_changes``
+    rise between two up polls implies, ``since`` the earlier poll's time."""
     state = "up" if kind == ev.NET_LINK_UP else "down"
     what = " (flap between polls)" if flap else ""
     msg = f"{after.name}: Link {state}{what} (sysfs operstate {after.operstate}, carrier {after.carrier})"
@@ -128,13 +99,6 @@ def net_event(kind: str, before: NetReading, after: NetReading, now: float, flap
                          attrs=attrs)
 
 
-def is_physical(d: Path, name: str) -> bool:
-    """Has a ``device`` link, is not a bridge, a VF, or named like a virtual interface."""
-    if name.startswith(SKIP_PREFIXES) or not os.path.lexists(d / "device"):
-        return False
-    return not (d / "bridge").is_dir() and not os.path.lexists(d / "device" / "physfn")
-
-
 # ---- collector -------------------------------------------------------------------------------
 
 class NetclassCollector:
@@ -145,50 +109,38 @@ class NetclassCollector:
     def __init__(self, sysfs: str | Path = "/sys", clock: Callable[[], float] = time.time) -> None:
         self.sysfs = Path(sysfs)
         self.clock = clock
-        self._last: dict[str, NetReading] = {}
+        self._last: dict[str, Netdev] = {}
         self._last_t: float | None = None
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
-        root = self.sysfs / "class" / "net"
         r = AttrReader()
         now = self.clock()
-        current: dict[str, NetReading] = {}
-        for name in listdir(root):
-            d = root / name
-            if not is_physical(d, name):
-                continue
-            try:
-                current[name] = self._interface(snap, r, d, name)
-            except OSError:
-                r.unreadable += 1
+        current = {d.name: d for d in read_netdevs(self.sysfs, r) if is_physical(d)}
         if not current:
             self._last = {}
             return snap
+        for d in current.values():
+            _samples(snap, d)
         snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
         for name, reading in current.items():
             snap.events.extend(link_events(self._last.get(name), reading, now, self._last_t))
         self._last, self._last_t = current, now
         return snap
 
-    @staticmethod
-    def _interface(snap: Snapshot, r: AttrReader, d: Path, name: str) -> NetReading:
-        lab = (("device", name),)
-        operstate = r.text(d / "operstate")
-        # carrier and speed answer EINVAL while the interface is down: not an error.
-        carrier = parse_int(read_attr(d / "carrier"))
-        speed = parse_speed(read_attr(d / "speed"))
-        values: dict[str, int | None] = {}
-        for fname, metric in COUNTERS:
-            values[fname] = r.counter(d / fname)
-            if values[fname] is not None:
-                snap.add(metric, lab, values[fname], COUNTER, HELP[metric])
-        if operstate is not None:
-            snap.add("nodewarden_net_up", lab, 1 if operstate == "up" else 0, GAUGE, HELP["nodewarden_net_up"])
-        if carrier is not None:
-            snap.add("nodewarden_net_carrier", lab, carrier, GAUGE, HELP["nodewarden_net_carrier"])
-        if speed is not None:
-            snap.add("nodewarden_net_speed_bytes_per_second", lab, speed * 1e6 / 8, GAUGE,
-                     HELP["nodewarden_net_speed_bytes_per_second"])
-        pci = normalize_pci(os.path.basename(os.path.realpath(d / "device")))
-        return NetReading(name, operstate, carrier, values["carrier_changes"], speed, pci)
+
+def _samples(snap: Snapshot, d: Netdev) -> None:
+    """One physical interface's series."""
+    lab = (("device", d.name),)
+    for value, metric in ((d.carrier_changes, "nodewarden_net_carrier_changes_total"),
+                          (d.carrier_up_count, "nodewarden_net_carrier_up_changes_total"),
+                          (d.carrier_down_count, "nodewarden_net_carrier_down_changes_total")):
+        if value is not None:
+            snap.add(metric, lab, value, COUNTER, HELP[metric])
+    if d.operstate is not None:
+        snap.add("nodewarden_net_up", lab, 1 if d.operstate == "up" else 0, GAUGE, HELP["nodewarden_net_up"])
+    if d.carrier is not None:
+        snap.add("nodewarden_net_carrier", lab, d.carrier, GAUGE, HELP["nodewarden_net_carrier"])
+    if d.speed_mbit is not None:
+        snap.add("nodewarden_net_speed_bytes_per_second", lab, d.speed_mbit * 1e6 / 8, GAUGE,
+                 HELP["nodewarden_net_speed_bytes_per_second"])

@@ -20,7 +20,8 @@ Every series and the NVML function it comes from (NVML API Reference Guide, ``nv
                                                                                 nvmlDeviceGetMaxPcieLinkWidth
 ``nodewarden_gpu_pcie_replays_total{gpu}`` counter                              nvmlDeviceGetPcieReplayCounter
 ``nodewarden_gpu_clocks_event_reasons{gpu,reason}`` 1 active                    nvmlDeviceGetCurrentClocksEventReasons
-                                                                                (ThrottleReasons before r535)
+                                                                                (ThrottleReasons before r535); ``reason``
+                                                                                :data:`nodewarden.nvml.CLOCK_EVENT_REASONS`
 ``nodewarden_gpu_temperature_celsius{gpu}``                                     nvmlDeviceGetTemperature (NVML_TEMPERATURE_GPU)
 ``nodewarden_gpu_power_watts{gpu}``                                             nvmlDeviceGetPowerUsage (milliwatts / 1000)
 ``nodewarden_gpu_recovery_action{gpu,action}`` 1 current, 0 the others          nvmlDeviceGetFieldValues
@@ -28,10 +29,13 @@ Every series and the NVML function it comes from (NVML API Reference Guide, ``nv
 ``nodewarden_gpu_lost{gpu}`` 1 lost                                             any call returning NVML_ERROR_GPU_IS_LOST
 ==============================================================================  ==========================================
 
-A query that answers ``NVML_ERROR_NOT_SUPPORTED`` leaves its series out (retired pages on Ampere
-and later, which remap rows instead; NVLink on a PCIe card): absent, never an error. A call that
-answers ``NVML_ERROR_GPU_IS_LOST`` ends that GPU's poll: it exports ``nodewarden_gpu_lost 1`` and
-its ``nodewarden_gpu_info`` (remembered from an earlier poll), nothing else.
+Every call goes through :mod:`nodewarden.nvml`'s session and call wrapper: a query that answers
+``NVML_ERROR_NOT_SUPPORTED`` leaves its series out (retired pages on Ampere and later, which remap
+rows instead; NVLink on a PCIe card): absent, never an error. A call that answers
+``NVML_ERROR_GPU_IS_LOST`` ends that GPU's poll: it exports ``nodewarden_gpu_lost 1`` and its
+``nodewarden_gpu_info`` (remembered from an earlier poll), nothing else. The clock-event
+``reason`` labels are nvml.h's names (``sw_thermal_slowdown``, ``hw_power_brake_slowdown`` ...),
+the same the validator's report uses.
 
 The GPU recovery action (:mod:`nodewarden.nvml`: field 230, ``nvmlDeviceGpuRecoveryAction_t``)
 is the driver's verdict on what the GPU needs before it can be trusted again. Its gauge has one
@@ -63,9 +67,12 @@ first poll is a baseline and emits nothing; the journal already holds what was s
 
 The pure part (:class:`GpuReading`, :func:`samples`, :func:`events_between` and the helpers
 above it) needs no NVML; :class:`NvmlCollector` is the thin I/O around it. NVML is initialised
-lazily and again after a failure (no driver: an empty snapshot, not an error). A poll that hangs
-in the driver is left to the agent's isolation; a poll started while the previous one is still
-blocked in NVML raises at once instead of queueing more threads behind the driver.
+lazily and again after a failure (no driver: an empty snapshot, not an error). A poll's reads run
+under :func:`nodewarden.nvml.call_with_timeout`: a poll that hangs in the driver raises
+:class:`~nodewarden.nvml.NvmlTimeout` after ``timeout_s``, and a poll started while an NVML call
+is still blocked raises it at once instead of queueing more threads behind the driver. A poll
+that timed out changes no state the next poll compares with (the reads are committed only when
+they return in time), so a counter rise it would have seen is an event of the next poll.
 """
 
 from __future__ import annotations
@@ -74,30 +81,21 @@ import dataclasses
 import datetime as dt
 import logging
 import socket
-import threading
 import time
 from typing import Any, Callable, Mapping, NamedTuple
 
+from nodewarden import nvml
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import (GPU_ECC, GPU_LOST, GPU_RECOVERY_ACTION, GPU_RESET_REQUIRED, ROW_REMAP, TIME_WALL,
                                FaultEvent)
-from nodewarden.nvml import (NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_NOT_SUPPORTED,
-                             NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, RECOVERY_ACTION_LABELS, RECOVERY_ACTIONS,
-                             RECOVERY_NONE, driver_lacks_field, read_recovery_action, recovery_action_name,
-                             return_name)
-from nodewarden.parsing.pci import normalize_pci
+from nodewarden.nvml import (CLOCK_EVENT_REASONS, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, RECOVERY_ACTION_LABELS,
+                             RECOVERY_ACTIONS, RECOVERY_NONE, GpuLost, Session, driver_lacks_field,
+                             read_recovery_action, recovery_action_name, return_name)
 
 log = logging.getLogger(__name__)
 
 NAME = "nvml"
 SOURCE = "nvml"
-
-# nvmlReturn_t values (nvml.h) the collector acts on, besides those nodewarden.nvml names
-# (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_GPU_IS_LOST).
-NVML_ERROR_UNINITIALIZED = 1
-NVML_ERROR_DRIVER_NOT_LOADED = 9
-NVML_ERROR_LIBRARY_NOT_FOUND = 12
-_NO_DRIVER = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND)
 
 # nvmlMemoryErrorType_t x nvmlEccCounterType_t, with our label values.
 ECC_TYPES = {"corrected": 0, "uncorrected": 1}   # NVML_MEMORY_ERROR_TYPE_CORRECTED / _UNCORRECTED
@@ -106,23 +104,11 @@ ECC_SCOPES = {"volatile": 0, "aggregate": 1}     # NVML_VOLATILE_ECC / NVML_AGGR
 RETIREMENT_CAUSES = {"single_bit_ecc": 0, "double_bit_ecc": 1}
 # nvmlNvLinkErrorCounter_t (the data-link-layer counters nvidia-smi nvlink -e prints)
 NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}
-# nvmlClocksEventReason* bits (nvml.h; "ClocksThrottleReason" before r535).
-CLOCK_EVENT_REASONS = {
-    0x001: "gpu_idle",
-    0x002: "applications_clocks_setting",
-    0x004: "sw_power_cap",
-    0x008: "hw_slowdown",
-    0x010: "sync_boost",
-    0x020: "sw_thermal",
-    0x040: "hw_thermal",
-    0x080: "hw_power_brake",
-    0x100: "display_clock",
-}
 NVML_TEMPERATURE_GPU = 0
-NVLINK_MAX_LINKS = 18  # when pynvml does not say (NVML_NVLINK_MAX_LINKS: 18 before r570, then 36)
 # A GPU whose driver lacks the recovery-action field is asked again this rarely (seconds of the
 # collector's clock): a driver upgrade needs a driver reload, which initialises NVML again anyway.
 RECOVERY_ACTION_REPROBE_SECONDS = 3600.0
+CLOSE_TIMEOUT_S = 5.0  # nvmlShutdown at the agent's stop waits at most this long (seconds)
 
 P = "nodewarden_gpu_"
 # name -> (kind, HELP); HELP names the NVML function.
@@ -233,7 +219,7 @@ def samples(r: GpuReading, snap: Snapshot) -> None:
         add(P + "pcie_replays_total", {}, r.pcie_replays)
     if r.clocks_event_reasons is not None:
         for bit, reason in CLOCK_EVENT_REASONS.items():
-            add(P + "clocks_event_reasons", {"reason": reason}, 1 if r.clocks_event_reasons & bit else 0)
+            add(P + "clocks_event_reasons", {"reason": reason.name}, 1 if r.clocks_event_reasons & bit else 0)
     if r.temperature_celsius is not None:
         add(P + "temperature_celsius", {}, r.temperature_celsius)
     if r.power_milliwatts is not None:
@@ -372,34 +358,28 @@ def events_between(prev: GpuReading | None, cur: GpuReading, now: dt.datetime, h
     return out
 
 
-# ---- I/O: pynvml -> readings --------------------------------------------------------------------
-
-class _Lost(Exception):
-    def __init__(self, call: str) -> None:
-        super().__init__(call)
-        self.call = call
-
-
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-
+# ---- I/O: NVML -> readings ----------------------------------------------------------------------
 
 class NvmlCollector:
     """The polled NVML collector (contract: :mod:`nodewarden.collectors.base`).
 
     ``hostname``: the ``host`` of events (default: this machine's name); ``clock``: the time of
-    events and of the recovery-action re-probe (seconds since the epoch). The previous poll of
-    each GPU is kept in memory to turn counter changes into events."""
+    events and of the recovery-action re-probe (seconds since the epoch); ``timeout_s``: a poll's
+    NVML reads that take longer raise :class:`~nodewarden.nvml.NvmlTimeout` (seconds,
+    :func:`nodewarden.nvml.call_with_timeout`). The previous poll of each GPU is kept in memory
+    to turn counter changes into events. :meth:`collect` is not reentrant: the agent's poller
+    never calls it while a call is running."""
 
     name = NAME
 
-    def __init__(self, hostname: str | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, hostname: str | None = None, clock: Callable[[], float] = time.time,
+                 timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> None:
         self.host = hostname or socket.gethostname()
         self.clock = clock
-        self._nv: Any = None               # the pynvml module, once nvmlInit succeeded
+        self.timeout_s = timeout_s
+        self._session: Session | None = None  # once nvmlInit succeeded
         self._prev: dict[int, GpuReading] = {}
-        self._identity: dict[int, tuple[str | None, str | None, str | None, int | None]] = {}
-        self._busy = threading.Lock()
+        self._identity: dict[int, nvml.GpuIdentity] = {}
         self._init_error: str | None = None
         # Recovery action: the last value read per GPU (events compare with it), and the GPUs
         # whose driver lacks the field -> (why, clock time of the next probe).
@@ -409,20 +389,12 @@ class NvmlCollector:
     # -- NVML lifetime ----------------------------------------------------------------------------
     def _ensure_init(self) -> bool:
         """nvmlInit once, and again on a later poll after it failed (driver loaded late)."""
-        if self._nv is not None:
+        if self._session is not None:
             return True
-        try:
-            import pynvml
-        except ImportError:
-            why = "nvidia-ml-py (pynvml) is not installed"
-        else:
-            try:
-                pynvml.nvmlInit()
-            except pynvml.NVMLError as e:
-                why = f"nvmlInit: {e}"
-            else:
-                self._nv, self._init_error = pynvml, None
-                return True
+        session, why = nvml.init()
+        if session is not None:
+            self._session, self._init_error = session, None
+            return True
         if why != self._init_error:
             log.info("NVML not available (%s): no GPU series until it is", why)
             self._init_error = why
@@ -436,124 +408,104 @@ class NvmlCollector:
 
     def _reset(self) -> None:
         self._no_recovery_field.clear()  # a reloaded driver may have the field
-        nv, self._nv = self._nv, None
-        try:
-            nv.nvmlShutdown()
-        except Exception:  # the driver is going or gone: nothing to release
-            pass
+        session, self._session = self._session, None
+        if session is not None:
+            session.shutdown()
 
     def close(self) -> None:
-        """nvmlShutdown (the agent calls it when it stops)."""
-        if self._nv is not None:
-            self._reset()
+        """nvmlShutdown (the agent calls it when it stops), under the session's timeout: a hung
+        driver never holds up the agent's stop (it is then left to the process's exit)."""
+        if self._session is None:
+            return
+        try:
+            nvml.call_with_timeout(self._reset, min(self.timeout_s, CLOSE_TIMEOUT_S), what="nvmlShutdown")
+        except nvml.NvmlTimeout as e:
+            log.warning("NVML not shut down: %s", e)
 
     # -- one poll ---------------------------------------------------------------------------------
     def collect(self) -> Snapshot:
+        """One poll: every GPU's series and the events against the previous poll. Raises
+        :class:`~nodewarden.nvml.NvmlTimeout` when NVML does not answer within ``timeout_s`` (or
+        an earlier call is still blocked in the driver)."""
         snap = Snapshot()
-        if not self._busy.acquire(blocking=False):
-            raise RuntimeError("the previous NVML poll is still blocked in the driver")
+        readings = nvml.call_with_timeout(self._read_all, self.timeout_s, what="nvml collector poll")
+        now = dt.datetime.fromtimestamp(self.clock(), tz=dt.timezone.utc)
+        for r in readings:
+            index = r.index
+            samples(r, snap)
+            prev = self._prev.get(index)
+            if prev is not None and prev.recovery_action != self._last_action.get(index):
+                # the previous poll did not read it (an error): compare with the last value read
+                prev = dataclasses.replace(prev, recovery_action=self._last_action.get(index))
+            snap.events.extend(events_between(prev, r, now, self.host))
+            if r.lost or index in self._no_recovery_field:
+                self._last_action.pop(index, None)
+            elif r.recovery_action is not None:
+                self._last_action[index] = r.recovery_action
+            self._prev[index] = r
+        return snap
+
+    def _read_all(self) -> list[GpuReading]:
+        """Every GPU's reading ([] without NVML); run under the session's timeout."""
+        if not self._ensure_init():
+            return []
+        assert self._session is not None
         try:
-            if not self._ensure_init():
-                return snap
-            nv = self._nv
-            try:
-                n = nv.nvmlDeviceGetCount()
-            except nv.NVMLError as e:
-                if e.value in _NO_DRIVER:
-                    log.warning("NVML went away (%s): will initialise again", e)
-                    self._reset()
-                    return snap
-                raise
-            now = dt.datetime.fromtimestamp(self.clock(), tz=dt.timezone.utc)
-            for index in range(n):
-                r = self.read_gpu(index)
-                if r is None:
-                    continue
-                samples(r, snap)
-                prev = self._prev.get(index)
-                if prev is not None and prev.recovery_action != self._last_action.get(index):
-                    # the previous poll did not read it (an error): compare with the last value read
-                    prev = dataclasses.replace(prev, recovery_action=self._last_action.get(index))
-                snap.events.extend(events_between(prev, r, now, self.host))
-                if r.lost or index in self._no_recovery_field:
-                    self._last_action.pop(index, None)
-                elif r.recovery_action is not None:
-                    self._last_action[index] = r.recovery_action
-                self._prev[index] = r
-            return snap
-        finally:
-            self._busy.release()
+            n = self._session.count()
+        except nvml.NvmlCallError as e:
+            if e.ret in nvml.NO_DRIVER:
+                log.warning("NVML went away (%s): will initialise again", e)
+                self._reset()
+                return []
+            raise
+        return [r for r in (self.read_gpu(index) for index in range(n)) if r is not None]
 
     def read_gpu(self, index: int) -> GpuReading | None:
         """Everything one poll reads from GPU ``index``; None when it has no handle for a reason
-        other than being lost."""
-        nv = self._nv
+        other than being lost. Blocks as long as the driver does."""
+        s = self._session
+        assert s is not None
         r = GpuReading(index)
-
-        def q(fn: str, *args: Any) -> Any:
-            """pynvml.<fn>(*args); None when not supported (or another error); _Lost when lost."""
-            f = getattr(nv, fn, None)
-            if f is None:
-                return None
-            try:
-                return f(*args)
-            except nv.NVMLError as e:
-                if e.value == NVML_ERROR_GPU_IS_LOST:
-                    raise _Lost(fn) from None
-                if e.value not in (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND):
-                    log.debug("GPU %d: %s: %s", index, fn, e)
-                return None
-
         try:
-            h = q("nvmlDeviceGetHandleByIndex", index)
+            try:
+                h = s.handle(index)
+            except nvml.NvmlCallError as e:
+                log.warning("GPU %d: no NVML handle (%s)", index, e)
+                return None
             if h is None:
                 log.warning("GPU %d: no NVML handle", index)
                 return None
-            self._read_identity(r, q, h)
+            ident = nvml.identity(s, h)
+            r.uuid, r.pci_bus_id, r.name, r.minor = ident
+            self._identity[index] = ident
             self._read_recovery_action(r, h)
-            self._read_memory(r, q, h)
-            self._read_links(r, q, h)
-            reasons = q("nvmlDeviceGetCurrentClocksEventReasons", h)
-            if reasons is None:
-                reasons = q("nvmlDeviceGetCurrentClocksThrottleReasons", h)
-            r.clocks_event_reasons = None if reasons is None else int(reasons)
-            temp = q("nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
+            self._read_memory(r, s, h)
+            self._read_links(r, s, h)
+            r.clocks_event_reasons = nvml.clock_event_reasons(s, h)[0]
+            temp = s.value("nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
             r.temperature_celsius = None if temp is None else float(temp)
-            power = q("nvmlDeviceGetPowerUsage", h)
+            power = s.value("nvmlDeviceGetPowerUsage", h)
             r.power_milliwatts = None if power is None else float(power)
-        except _Lost as e:
+        except GpuLost as e:
             # What was read before the loss is dropped: a lost GPU exports its identity and
             # nodewarden_gpu_lost only, and its counters get no baseline from a half-read poll.
             uuid, pci, name, minor = self._identity.get(index, (None, None, None, None))
             r = GpuReading(index, lost=True, lost_call=e.call, uuid=uuid, pci_bus_id=pci, name=name, minor=minor)
         return r
 
-    def _read_identity(self, r: GpuReading, q: Callable[..., Any], h: Any) -> None:
-        """nvmlDeviceGetUUID, nvmlDeviceGetPciInfo (busId), nvmlDeviceGetName, nvmlDeviceGetMinorNumber."""
-        uuid, pci, name = q("nvmlDeviceGetUUID", h), q("nvmlDeviceGetPciInfo", h), q("nvmlDeviceGetName", h)
-        minor = q("nvmlDeviceGetMinorNumber", h)
-        r.uuid = _text(uuid) if uuid is not None else None
-        r.pci_bus_id = normalize_pci(_text(pci.busId)) if pci is not None else None
-        r.name = _text(name) if name is not None else None
-        r.minor = int(minor) if minor is not None else None
-        self._identity[r.index] = (r.uuid, r.pci_bus_id, r.name, r.minor)
-
     def _read_recovery_action(self, r: GpuReading, h: Any) -> None:
         """``r.recovery_action``: field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through
         nvmlDeviceGetFieldValues (:func:`nodewarden.nvml.read_recovery_action`), an
-        nvmlDeviceGpuRecoveryAction_t. Raises _Lost when the call or the value answers
+        nvmlDeviceGpuRecoveryAction_t. Raises GpuLost when the call or the value answers
         NVML_ERROR_GPU_IS_LOST. A driver without the field (:func:`~nodewarden.nvml.driver_lacks_field`)
         leaves it None: logged once per GPU, asked again after RECOVERY_ACTION_REPROBE_SECONDS. Another
-        error leaves it None for this poll only (logged at debug level). A hung call blocks this
-        poll like any other NVML call: the agent's worker timeout and the busy lock of
-        :meth:`collect` bound it."""
+        error leaves it None for this poll only (logged at debug level)."""
         now = self.clock()
         known = self._no_recovery_field.get(r.index)
         if known is not None and now < known[1]:
             return
-        code, ret = read_recovery_action(self._nv, h)
-        if ret == NVML_ERROR_GPU_IS_LOST:
-            raise _Lost("nvmlDeviceGetFieldValues")
+        assert self._session is not None
+        code, ret = read_recovery_action(self._session, h)
         if code is not None:
             if known is not None:
                 log.info("GPU %d: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers now", r.index)
@@ -571,47 +523,43 @@ class NvmlCollector:
             log.debug("GPU %d: nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): %s", r.index, why)
 
     @staticmethod
-    def _read_memory(r: GpuReading, q: Callable[..., Any], h: Any) -> None:
+    def _read_memory(r: GpuReading, s: Session, h: Any) -> None:
         """nvmlDeviceGetTotalEccErrors, nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus,
         nvmlDeviceGetRemappedRows."""
         for typ, t in ECC_TYPES.items():
-            for scope, s in ECC_SCOPES.items():
-                v = q("nvmlDeviceGetTotalEccErrors", h, t, s)
+            for scope, c in ECC_SCOPES.items():
+                v = s.value("nvmlDeviceGetTotalEccErrors", h, t, c)
                 if v is not None:
                     r.ecc[(typ, scope)] = int(v)
         for cause, c in RETIREMENT_CAUSES.items():
-            pages = q("nvmlDeviceGetRetiredPages", h, c)
+            pages = s.value("nvmlDeviceGetRetiredPages", h, c)
             if pages is not None:
                 r.retired_pages[cause] = len(pages)
-        pending = q("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        pending = s.value("nvmlDeviceGetRetiredPagesPendingStatus", h)
         r.retired_pages_pending = None if pending is None else int(bool(pending))
-        rows = q("nvmlDeviceGetRemappedRows", h)
+        rows = s.value("nvmlDeviceGetRemappedRows", h)
         if rows is not None:
             corr, unc, pend, fail = (int(x) for x in rows)
             r.remapped_rows = RemappedRows(corr, unc, int(bool(pend)), int(bool(fail)))
 
-    def _read_links(self, r: GpuReading, q: Callable[..., Any], h: Any) -> None:
-        """nvmlDeviceGetNvLinkState and nvmlDeviceGetNvLinkErrorCounter for each link the GPU has
-        (links it lacks answer an error); nvmlDeviceGet{Curr,Max}PcieLink{Generation,Width},
-        nvmlDeviceGetPcieReplayCounter."""
-        for link in range(int(getattr(self._nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
-            state = q("nvmlDeviceGetNvLinkState", h, link)
-            if state is None:
-                if link == 0:  # no NVLink at all (a PCIe card): the other links answer the same
-                    break
-                continue
-            r.nvlink_state[link] = 1 if state else 0
+    @staticmethod
+    def _read_links(r: GpuReading, s: Session, h: Any) -> None:
+        """nvmlDeviceGetNvLinkState (:func:`nodewarden.nvml.nvlink_states`) and
+        nvmlDeviceGetNvLinkErrorCounter for each link the GPU has; nvmlDeviceGet{Curr,Max}PcieLink
+        {Generation,Width}, nvmlDeviceGetPcieReplayCounter."""
+        for link, up in nvml.nvlink_states(s, h).items():
+            r.nvlink_state[link] = 1 if up else 0
             for typ, c in NVLINK_COUNTERS.items():
-                v = q("nvmlDeviceGetNvLinkErrorCounter", h, link, c)
+                v = s.value("nvmlDeviceGetNvLinkErrorCounter", h, link, c)
                 if v is not None:
                     r.nvlink_errors[(link, typ)] = int(v)
         for which, fn in (("current", "nvmlDeviceGetCurrPcieLinkGeneration"), ("max", "nvmlDeviceGetMaxPcieLinkGeneration")):
-            v = q(fn, h)
+            v = s.value(fn, h)
             if v is not None:
                 r.pcie_generation[which] = int(v)
         for which, fn in (("current", "nvmlDeviceGetCurrPcieLinkWidth"), ("max", "nvmlDeviceGetMaxPcieLinkWidth")):
-            v = q(fn, h)
+            v = s.value(fn, h)
             if v is not None:
                 r.pcie_width[which] = int(v)
-        replays = q("nvmlDeviceGetPcieReplayCounter", h)
+        replays = s.value("nvmlDeviceGetPcieReplayCounter", h)
         r.pcie_replays = None if replays is None else int(replays)

@@ -8,8 +8,9 @@ sysfs-bus-pci`` (``current_link_speed``, ``max_link_speed``, ``current_link_widt
 ``max_link_width``, ``vendor``, ``device``, ``class``).
 
 Only NVIDIA (vendor 0x10de: GPUs, NVSwitches) and Mellanox/NVIDIA networking (0x15b3) physical
-functions are read; SR-IOV virtual functions (a ``physfn`` link) are left out to bound the
-series count, as in :mod:`nodewarden.validator.checks.links`. Series:
+functions are read, by :func:`nodewarden.sysfs.pci.read_functions` (the records the links check
+judges too); SR-IOV virtual functions (a ``physfn`` link) are left out to bound the series
+count. Series:
 
 * ``nodewarden_pcie_aer_errors_total{pci_bus_id,severity="correctable|fatal|nonfatal",error}``:
   ``error`` is the kernel's short name (``RxErr``, ``BadTLP``, ``CmpltTO``…); kernels 4.19-5.x
@@ -18,7 +19,8 @@ series count, as in :mod:`nodewarden.validator.checks.links`. Series:
   exported: they count error *messages* (one message may carry several bits) and would break
   ``sum by (pci_bus_id)``.
 * ``nodewarden_pcie_link_generation{pci_bus_id,which="current|max"}``,
-  ``nodewarden_pcie_link_width{pci_bus_id,which}`` (a width of 0, a link that is down, is 0).
+  ``nodewarden_pcie_link_width{pci_bus_id,which}`` (:func:`~nodewarden.sysfs.pci.pcie_generation`,
+  :func:`~nodewarden.sysfs.pci.pcie_width`: a width of 0, a link that is down, is 0).
 * ``nodewarden_pcie_device_info{pci_bus_id,vendor,device,class} 1``.
 * ``nodewarden_collector_unreadable_files{collector="pcie"}``.
 
@@ -34,22 +36,17 @@ log too, and the agent keeps only the records the log did not print
 
 from __future__ import annotations
 
-import os
-import re
 from pathlib import Path
 
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import PCIE_AER, FaultEvent
 from nodewarden.parsing import aer
-from nodewarden.parsing.aer import LONG_NAMES  # the kernel's long error names (4.19-5.x) -> short ones
-from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, listdir
-from nodewarden.sysfs.pci import MELLANOX, NVIDIA, pcie_generation, pcie_width
+from nodewarden.sysfs.attrs import AttrReader
+from nodewarden.sysfs.pci import AER_FILES, MELLANOX, NVIDIA, TOTAL_LINE, AerStats, Function, parse_hex, read_functions
 
 NAME = "pcie"
 UNREADABLE = "nodewarden_collector_unreadable_files"
 VENDORS = (NVIDIA, MELLANOX)
-AER_FILES = (("aer_dev_correctable", "correctable"), ("aer_dev_fatal", "fatal"), ("aer_dev_nonfatal", "nonfatal"))
 HELP = {
     "nodewarden_pcie_aer_errors_total": "PCIe AER errors reported by this function, by severity and error bit (sysfs aer_dev_*).",
     "nodewarden_pcie_link_generation": "PCIe link generation (1-7) from current/max_link_speed.",
@@ -57,46 +54,15 @@ HELP = {
     "nodewarden_pcie_device_info": "NVIDIA/Mellanox PCI function identity; always 1.",
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll.",
 }
-_LINE = re.compile(r"^(?P<name>\S(?:.*\S)?)\s+(?P<count>\d+)$")
 # aer_dev_* file severity -> the pcie_aer event's severity (the kernel-log events' words)
 EVENT_SEVERITY = {"correctable": "corrected", "nonfatal": "non_fatal", "fatal": "fatal"}
-TOTAL_LINE = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
+
+Reading = tuple[int | None, dict[str, int]]  # one aer_dev_* file: (TOTAL_ERR_* or None, {error: count})
 
 
 # ---- pure ------------------------------------------------------------------------------------
 
-def parse_aer(text: str, severity: str | None = None) -> tuple[dict[str, int], int, int | None]:
-    """An ``aer_dev_*`` file -> ({error: count} without the TOTAL_* line, bad lines, records).
-
-    ``RxErr 0\\nBadTLP 3\\n...TOTAL_ERR_COR 3`` -> ({"RxErr": 0, "BadTLP": 3, ...}, 0, 3); long
-    names (``Bad TLP 3``) become short ones (``BadTLP``). ``records``: the count of the file's
-    ``TOTAL_ERR_COR`` / ``TOTAL_ERR_FATAL`` / ``TOTAL_ERR_NONFATAL`` line (the one of
-    ``severity`` ``correctable``/``fatal``/``nonfatal`` when given, else any ``TOTAL_ERR_*``
-    line; the first one), None when there is no such line or it is not a count."""
-    want = TOTAL_LINE[severity] if severity is not None else None
-    out: dict[str, int] = {}
-    bad = 0
-    total: int | None = None
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        m = _LINE.match(line)
-        if not m:
-            bad += 1
-            continue
-        name = m.group("name")
-        if name.startswith("TOTAL_"):
-            if total is None and (name == want if want is not None else name.startswith("TOTAL_ERR_")):
-                total = int(m.group("count"))
-            continue
-        name = LONG_NAMES.get(name, name)
-        out[name] = out.get(name, 0) + int(m.group("count"))
-    return out, bad, total
-
-
-def aer_rise(before: tuple[int | None, dict[str, int]] | None, now: tuple[int | None, dict[str, int]]
-             ) -> tuple[int, dict[str, int]] | None:
+def aer_rise(before: Reading | None, now: Reading) -> tuple[int, dict[str, int]] | None:
     """(records, {error: rise}) between two readings ``(total, {error: count})`` of one
     ``aer_dev_*`` file, or None: no earlier reading (a baseline), nothing rose, or a count went
     down (the function was removed and added again: a new baseline). ``records`` is the
@@ -119,22 +85,6 @@ def aer_rise(before: tuple[int | None, dict[str, int]] | None, now: tuple[int | 
     return records, bits
 
 
-def parse_hex(text: str | None) -> int | None:
-    """``0x10de`` -> 0x10de; None or garbage -> None."""
-    try:
-        return int(text, 16) if text else None
-    except ValueError:
-        return None
-
-
-def link_width(text: str | None) -> int | None:
-    """``16`` -> 16, ``0`` (link down) -> 0, unreadable -> None."""
-    width = pcie_width(text)
-    if width is None and text is not None and text.strip().lstrip("x") == "0":
-        return 0
-    return width
-
-
 # ---- collector -------------------------------------------------------------------------------
 
 class PcieCollector:
@@ -146,32 +96,23 @@ class PcieCollector:
         self.sysfs = Path(sysfs)
         # (pci_bus_id, aer file severity) -> (TOTAL_ERR_* or None, {error: count}): the last poll's
         # readings (_aer) and this poll's (_seen)
-        self._aer: dict[tuple[str, str], tuple[int | None, dict[str, int]]] = {}
-        self._seen: dict[tuple[str, str], tuple[int | None, dict[str, int]]] = {}
+        self._aer: dict[tuple[str, str], Reading] = {}
+        self._seen: dict[tuple[str, str], Reading] = {}
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
         self._seen = {}
-        root = self.sysfs / "bus" / "pci" / "devices"
         r = AttrReader()
-        found = False
-        for bdf in sorted(listdir(root), key=lambda b: normalize_pci(b) or b):  # bus order
-            d = root / bdf
-            vendor = parse_hex(r.text(d / "vendor"))
-            if vendor not in VENDORS or os.path.lexists(d / "physfn"):
-                continue
-            found = True
-            try:
-                self._function(snap, r, d, normalize_pci(bdf) or bdf, vendor)
-            except OSError:  # hot-removed while being read (a GPU that fell off the bus)
-                r.unreadable += 1
-        if found:
+        functions = read_functions(self.sysfs, r, VENDORS)  # bus order
+        for f in functions:
+            self._function(snap, f)
+        if functions:
             snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
         self._aer = self._seen  # a function gone this poll starts a new baseline when it is back
         return snap
 
-    def _aer_event(self, snap: Snapshot, pci: str, severity: str, vendor: int, device: str,
-                   reading: tuple[int | None, dict[str, int]]) -> None:
+    def _aer_event(self, snap: Snapshot, f: Function, severity: str, reading: Reading) -> None:
+        pci = f.pci_bus_id
         key = (pci, severity)
         self._seen[key] = reading
         rise = aer_rise(self._aer.get(key), reading)
@@ -181,41 +122,37 @@ class PcieCollector:
         sev = EVENT_SEVERITY[severity]
         # An uncorrected error on an NVIDIA function precedes a GPU falling off the bus (the
         # nvidia driver has no AER recovery callbacks), as for the kernel-log pcie_aer events.
-        category = aer.PRECURSOR if aer.is_precursor(sev, None, vendor) else sev
+        category = aer.PRECURSOR if aer.is_precursor(sev, None, f.vendor) else sev
         names = ", ".join(f"{k} +{v}" for k, v in sorted(bits.items())) or "no error bit"
         snap.events.append(FaultEvent(
             kind=PCIE_AER, source="sysfs", device=pci, category=category,
             message=f"{pci}: {records} {sev} AER error record(s) counted in sysfs ({names})",
             raw=f"{pci} aer_dev_{severity} {TOTAL_LINE[severity]} +{records}",
             attrs={"pci_bus_id": pci, "severity": sev, "via": "sysfs", "count": records,
-                   "error_counts": dict(sorted(bits.items())), "vendor_id": vendor,
-                   "device_id": parse_hex(device)}))
+                   "error_counts": dict(sorted(bits.items())), "vendor_id": f.vendor,
+                   "device_id": parse_hex(f.device or "")}))
 
-    def _function(self, snap: Snapshot, r: AttrReader, d: Path, pci: str, vendor: int) -> None:
+    def _function(self, snap: Snapshot, f: Function) -> None:
+        pci = f.pci_bus_id
         bus = (("pci_bus_id", pci),)
-        device, cls = r.text(d / "device") or "", r.text(d / "class") or ""
-        snap.add("nodewarden_pcie_device_info", bus + (("vendor", f"0x{vendor:04x}"), ("device", device),
-                                                      ("class", cls)), 1, GAUGE, HELP["nodewarden_pcie_device_info"])
-        for which, speed_f, width_f in (("current", "current_link_speed", "current_link_width"),
-                                        ("max", "max_link_speed", "max_link_width")):
-            gen = pcie_generation(r.text(d / speed_f))
+        snap.add("nodewarden_pcie_device_info", bus + (("vendor", f"0x{f.vendor:04x}"), ("device", f.device or ""),
+                                                      ("class", f.pci_class or "")), 1, GAUGE,
+                 HELP["nodewarden_pcie_device_info"])
+        for which, gen, width in (("current", f.link.generation, f.link.lanes),
+                                  ("max", f.link.max_generation, f.link.max_lanes)):
             if gen is not None:
                 snap.add("nodewarden_pcie_link_generation", bus + (("which", which),), gen, GAUGE,
                          HELP["nodewarden_pcie_link_generation"])
-            width = link_width(r.text(d / width_f))
             if width is not None:
                 snap.add("nodewarden_pcie_link_width", bus + (("which", which),), width, GAUGE,
                          HELP["nodewarden_pcie_link_width"])
-        for fname, severity in AER_FILES:
-            text = r.text(d / fname)
-            if text is None:
+        for _fname, severity in AER_FILES:
+            stats: AerStats | None = f.aer.get(severity)
+            if stats is None:
                 if (pci, severity) in self._aer:  # unreadable this once: the last reading stays the baseline
                     self._seen[(pci, severity)] = self._aer[(pci, severity)]
                 continue  # no AER capability, or a kernel before 4.19
-            counts, bad, total = parse_aer(text, severity)
-            if bad:
-                r.unreadable += 1  # a line that is not '<error> <count>'
-            self._aer_event(snap, pci, severity, vendor, device, (total, counts))
-            for error, value in counts.items():
+            self._aer_event(snap, f, severity, (stats.records, dict(stats.counts)))
+            for error, value in stats.counts.items():
                 snap.add("nodewarden_pcie_aer_errors_total", bus + (("severity", severity), ("error", error)),
                          value, COUNTER, HELP["nodewarden_pcie_aer_errors_total"])

@@ -22,7 +22,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from nodewarden.events import TIME_MONO, TIME_NONE, TIME_WALL
@@ -375,136 +375,206 @@ _DEFAULT_CTX = TimeContext()
 
 
 def _parse_into(text: str, rec: Record, ctx: TimeContext) -> None:
-    """Peel envelopes off ``text`` into ``rec`` (in place). Order matters: outer layers first."""
-    pos = 0
-    fmt_parts: list[str] = []
-    # <N> priority prefix (pstore dumps, injected lines) or an RFC 5424 header.
-    m = _PRIO.match(text, pos)
-    if m:
-        prio = int(m.group(1))
-        rec.facility, rec.level = _facility_name(prio >> 3), LEVELS[prio & 7]
-        rec.kernel = (prio >> 3) == 0
-        pos = m.end()
-        m5 = _RFC5424.match(text, pos)
-        if m5:
-            ts, host, app, procid, _msgid, _sd, msg = m5.groups()
-            rec.fmt = "rfc5424"
-            rec.host = None if host == "-" else host
-            rec.ident = None if app == "-" else app
-            _set_iso(rec, ts, ctx)
-            rec.kernel = rec.ident in (None, "kernel")
-            _finish_message(msg, rec, ctx)
-            return
-        fmt_parts.append("prio")
-    # dmesg --decode facility/level columns.
-    m = _DECODE.match(text, pos)
-    if m:
-        rec.facility, rec.level = m.group(1), m.group(2)
-        rec.kernel = rec.facility == "kern"
-        pos = m.end()
-        fmt_parts.append("decode")
-    # A bare "kernel:" prefix (journal/syslog excerpts without time and host).
-    m = _KERNEL_PREFIX.match(text, pos)
-    if m:
-        rec.ident = "kernel"
-        pos = m.end()
+    """Peel envelopes off ``text`` into ``rec`` (in place). Order matters: outer layers first:
+    the prefixes (:func:`_prefixes`), then the stamp, told by the character it starts with
+    (``[`` dmesg, a digit ISO or Go log, else RFC 3164), then a Talos line; past all of them,
+    the rest is the message."""
+    head = _prefixes(text, rec, ctx)
+    if head is None:  # an RFC 5424 record, read whole
+        return
+    pos, fmt_parts = head
     ch = text[pos:pos + 1]
     if ch == "[":
-        m = _MONO.match(text, pos)
-        if m:
-            rec.fmt = "+".join(fmt_parts + ["dmesg"])
-            _set_mono(rec, m.group(1), ctx)
-            rest = text[m.end():]
-            mt = _SHORT_MONO_TAIL.match(rest)  # journalctl -o short-monotonic
-            if mt:
-                rec.fmt = "journal_short_monotonic"
-                rec.host = mt.group("host")
-                rec.ident = "kernel"
-                rest = mt.group("msg")
-            rec.message = rest
-            return
-        m = _CTIME.match(text, pos)
-        if m:
-            mon = month_number(m.group(1))
-            if mon:
-                rec.fmt = "+".join(fmt_parts + ["dmesg_ctime"])
-                rec.raw_time = text[pos + 1:m.end()].rstrip().rstrip("]")
-                rec.time = _wall(int(m.group(6)), mon, int(m.group(2)), int(m.group(3)), int(m.group(4)),
-                                 int(m.group(5)), 0, ctx.tz)
-                rec.time_kind = TIME_WALL if rec.time else TIME_NONE
-                rec.message = text[m.end():]
-                return
-        if _dmesg_relative(text, pos, rec, fmt_parts, ctx):
-            return
+        done = (_dmesg_mono(text, pos, rec, fmt_parts, ctx) or _dmesg_ctime(text, pos, rec, fmt_parts, ctx)
+                or _dmesg_relative(text, pos, rec, fmt_parts, ctx))
     elif "0" <= ch <= "9":
-        m = _ISO.match(text, pos)
-        if m:
-            rec.raw_time = m.group(0).strip()
-            _set_iso_match(rec, m, ctx)
-            rest = text[m.end():]
-            mc = _CRI.match(rest)
-            if mc:
-                rec.fmt = "cri"
-                rec.message = rest[mc.end():]
-                _parse_into_inner(rec, ctx)
-                return
-            mt = _SYSLOG_TAIL_HOST.match(rest)
-            if mt and (mt.group("pid") or mt.group("ident") in _KNOWN_IDENTS):
-                rec.fmt = "rfc3339" if "T" in rec.raw_time else "syslog_iso"
-                rec.host, rec.ident = mt.group("host"), mt.group("ident")
-                rec.kernel = rec.ident == "kernel"
-                _finish_message(mt.group("msg"), rec, ctx)
-                return
-            rec.fmt = "+".join(fmt_parts + ["dmesg_iso"])
-            rec.message = rest
-            return
-        m = _GOLOG.match(text, pos)
-        if m:
-            y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
-            rec.fmt = "golog"
-            rec.raw_time = m.group(0).strip()
-            rec.time = _wall(y, mo, d, h, mi, s, _frac(m.group(7)), ctx.tz)
-            rec.time_kind = TIME_WALL if rec.time else TIME_NONE
-            rec.kernel = False
-            rec.message = text[m.end():]
-            return
+        done = _iso_stamp(text, pos, rec, fmt_parts, ctx) or _golog(text, pos, rec, ctx)
     else:
-        m = _RFC3164.match(text, pos)
-        if m:
-            mon = month_number(m.group(1))
-            if mon:
-                d, h, mi, s = int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
-                us = _frac(m.group(6))
-                rec.raw_time = m.group(0).strip()
-                if m.group(7):
-                    rec.time = _wall(int(m.group(7)), mon, d, h, mi, s, us, ctx.tz)
-                else:
-                    rec.time = infer_year(mon, d, h, mi, s, us, ctx)
-                rec.time_kind = TIME_WALL if rec.time else TIME_NONE
-                rest = text[m.end():]
-                mt = _SYSLOG_TAIL.match(rest)
-                rec.fmt = "syslog"
-                if mt:
-                    rec.host, rec.ident = mt.group("host"), mt.group("ident")
-                    rec.kernel = rec.ident == "kernel"
-                    _finish_message(mt.group("msg"), rec, ctx)
-                else:
-                    rec.message = rest
-                return
-    m = _TALOS.match(text, pos)  # after the stamps: its node name may start with a digit
-    if m:
-        rec.fmt = "talos"
-        rec.host = m.group("host")
-        rec.facility, rec.level = m.group("fac"), "warn" if m.group("lvl") == "warning" else m.group("lvl")
-        rec.kernel = rec.facility == "kern"
-        _set_iso(rec, m.group("ts"), ctx)
-        rec.message = m.group("msg")
+        done = _rfc3164(text, pos, rec, ctx)
+    if done or _talos(text, pos, rec, ctx):  # Talos after the stamps: its node name may start with a digit
         return
     if fmt_parts:
         rec.fmt = "+".join(fmt_parts)
     rec.message = text[pos:]
     # A message that still starts with a timestamp (e.g. "<6>[  201.650687] ...", handled above;
     # "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...", handled by ISO) is done here.
+
+
+class _Head(NamedTuple):
+    """Where a line's stamp begins, after the prefixes :func:`_prefixes` read."""
+
+    pos: int  # offset in the text
+    fmt_parts: list[str]  # the prefixes' names, in order, for Record.fmt ("prio", "decode")
+
+
+def _prefixes(text: str, rec: Record, ctx: TimeContext) -> _Head | None:
+    """Read the prefixes before a stamp into ``rec``: a ``<N>`` priority (pstore dumps, injected
+    lines), dmesg ``--decode``'s facility/level columns, a bare ``kernel:`` (journal/syslog
+    excerpts without time and host). None when the priority began an RFC 5424 record, which is
+    then read whole into ``rec``."""
+    pos = 0
+    fmt_parts: list[str] = []
+    m = _PRIO.match(text, pos)
+    if m:
+        prio = int(m.group(1))
+        rec.facility, rec.level = _facility_name(prio >> 3), LEVELS[prio & 7]
+        rec.kernel = (prio >> 3) == 0
+        pos = m.end()
+        if _rfc5424(text, pos, rec, ctx):
+            return None
+        fmt_parts.append("prio")
+    m = _DECODE.match(text, pos)
+    if m:
+        rec.facility, rec.level = m.group(1), m.group(2)
+        rec.kernel = rec.facility == "kern"
+        pos = m.end()
+        fmt_parts.append("decode")
+    m = _KERNEL_PREFIX.match(text, pos)
+    if m:
+        rec.ident = "kernel"
+        pos = m.end()
+    return _Head(pos, fmt_parts)
+
+
+def _rfc5424(text: str, pos: int, rec: Record, ctx: TimeContext) -> bool:
+    """An RFC 5424 header after its ``<N>`` at ``pos`` (``1 TIMESTAMP HOST APP PROCID MSGID SD``):
+    read with its message into ``rec``; False when there is none."""
+    m = _RFC5424.match(text, pos)
+    if not m:
+        return False
+    ts, host, app, _procid, _msgid, _sd, msg = m.groups()
+    rec.fmt = "rfc5424"
+    rec.host = None if host == "-" else host
+    rec.ident = None if app == "-" else app
+    _set_iso(rec, ts, ctx)
+    rec.kernel = rec.ident in (None, "kernel")
+    _finish_message(msg, rec, ctx)
+    return True
+
+
+def _dmesg_mono(text: str, pos: int, rec: Record, fmt_parts: list[str], ctx: TimeContext) -> bool:
+    """dmesg's ``[ mono]`` stamp at ``pos`` (also ``journalctl -o short-monotonic``'s, followed by
+    ``host kernel:``); False when there is none."""
+    m = _MONO.match(text, pos)
+    if not m:
+        return False
+    rec.fmt = "+".join(fmt_parts + ["dmesg"])
+    _set_mono(rec, m.group(1), ctx)
+    rest = text[m.end():]
+    mt = _SHORT_MONO_TAIL.match(rest)  # journalctl -o short-monotonic
+    if mt:
+        rec.fmt = "journal_short_monotonic"
+        rec.host = mt.group("host")
+        rec.ident = "kernel"
+        rest = mt.group("msg")
+    rec.message = rest
+    return True
+
+
+def _dmesg_ctime(text: str, pos: int, rec: Record, fmt_parts: list[str], ctx: TimeContext) -> bool:
+    """``dmesg -T``'s ``[Fri Aug 30 11:43:09 2024]`` at ``pos`` (wall time in ``ctx.tz``); False
+    when there is none or its month is no month."""
+    m = _CTIME.match(text, pos)
+    if not m:
+        return False
+    mon = month_number(m.group(1))
+    if not mon:
+        return False
+    rec.fmt = "+".join(fmt_parts + ["dmesg_ctime"])
+    rec.raw_time = text[pos + 1:m.end()].rstrip().rstrip("]")
+    rec.time = _wall(int(m.group(6)), mon, int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                     int(m.group(5)), 0, ctx.tz)
+    rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+    rec.message = text[m.end():]
+    return True
+
+
+def _iso_stamp(text: str, pos: int, rec: Record, fmt_parts: list[str], ctx: TimeContext) -> bool:
+    """An ISO 8601 stamp at ``pos``, then what follows it: a CRI container log (``stdout F``),
+    a syslog host and ident (RFC 3339, ``syslog_iso``), else ``dmesg --time-format iso``. False
+    when there is no ISO stamp."""
+    m = _ISO.match(text, pos)
+    if not m:
+        return False
+    rec.raw_time = m.group(0).strip()
+    _set_iso_match(rec, m, ctx)
+    rest = text[m.end():]
+    mc = _CRI.match(rest)
+    if mc:
+        rec.fmt = "cri"
+        rec.message = rest[mc.end():]
+        _parse_into_inner(rec, ctx)
+        return True
+    mt = _SYSLOG_TAIL_HOST.match(rest)
+    if mt and (mt.group("pid") or mt.group("ident") in _KNOWN_IDENTS):
+        rec.fmt = "rfc3339" if "T" in rec.raw_time else "syslog_iso"
+        rec.host, rec.ident = mt.group("host"), mt.group("ident")
+        rec.kernel = rec.ident == "kernel"
+        _finish_message(mt.group("msg"), rec, ctx)
+        return True
+    rec.fmt = "+".join(fmt_parts + ["dmesg_iso"])
+    rec.message = rest
+    return True
+
+
+def _golog(text: str, pos: int, rec: Record, ctx: TimeContext) -> bool:
+    """A Go ``log`` stamp ``2024/01/02 15:04:05.000000`` at ``pos`` (wall time in ``ctx.tz``; a
+    program's line, not the kernel's); False when there is none."""
+    m = _GOLOG.match(text, pos)
+    if not m:
+        return False
+    y, mo, d, h, mi, s = (int(x) for x in m.groups()[:6])
+    rec.fmt = "golog"
+    rec.raw_time = m.group(0).strip()
+    rec.time = _wall(y, mo, d, h, mi, s, _frac(m.group(7)), ctx.tz)
+    rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+    rec.kernel = False
+    rec.message = text[m.end():]
+    return True
+
+
+def _rfc3164(text: str, pos: int, rec: Record, ctx: TimeContext) -> bool:
+    """An RFC 3164 stamp ``Dec  2 11:38:46`` (year optional: inferred from ``ctx.reference``,
+    localized month names read), then a syslog host and ident when there are; False when there
+    is none or its month is no month."""
+    m = _RFC3164.match(text, pos)
+    if not m:
+        return False
+    mon = month_number(m.group(1))
+    if not mon:
+        return False
+    d, h, mi, s = int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
+    us = _frac(m.group(6))
+    rec.raw_time = m.group(0).strip()
+    if m.group(7):
+        rec.time = _wall(int(m.group(7)), mon, d, h, mi, s, us, ctx.tz)
+    else:
+        rec.time = infer_year(mon, d, h, mi, s, us, ctx)
+    rec.time_kind = TIME_WALL if rec.time else TIME_NONE
+    rest = text[m.end():]
+    mt = _SYSLOG_TAIL.match(rest)
+    rec.fmt = "syslog"
+    if mt:
+        rec.host, rec.ident = mt.group("host"), mt.group("ident")
+        rec.kernel = rec.ident == "kernel"
+        _finish_message(mt.group("msg"), rec, ctx)
+    else:
+        rec.message = rest
+    return True
+
+
+def _talos(text: str, pos: int, rec: Record, ctx: TimeContext) -> bool:
+    """``talosctl dmesg``'s ``host: kern: info: [ts]: msg`` at ``pos``; False when it is not one."""
+    m = _TALOS.match(text, pos)
+    if not m:
+        return False
+    rec.fmt = "talos"
+    rec.host = m.group("host")
+    rec.facility, rec.level = m.group("fac"), "warn" if m.group("lvl") == "warning" else m.group("lvl")
+    rec.kernel = rec.facility == "kern"
+    _set_iso(rec, m.group("ts"), ctx)
+    rec.message = m.group("msg")
+    return True
 
 
 # dmesg(1) stamps relative to the record before (util-linux dmesg.c print_record):
@@ -615,42 +685,54 @@ def _parse_json(raw: str, ctx: TimeContext) -> Record | None:
         return None
     if not isinstance(obj, dict):
         return None
-    if "MESSAGE" in obj:  # journald export
-        msg = obj.get("MESSAGE")
-        if isinstance(msg, list):  # non-UTF-8 messages are arrays of bytes
-            msg = bytes(x & 0xFF for x in msg if isinstance(x, int)).decode("utf-8", "replace")
-        if not isinstance(msg, str):
-            return None
-        rec = Record(message=msg, raw=raw, fmt="journal_json", host=_text(obj.get("_HOSTNAME")),
-                     ident=_text(obj.get("SYSLOG_IDENTIFIER")), boot_id=_text(obj.get("_BOOT_ID")))
-        transport = obj.get("_TRANSPORT")
-        rec.kernel = transport in (None, "kernel")
-        # Numbers as journald writes them (strings of ASCII digits; some exporters write ints);
-        # anything else, or out of range (2**64-1, 18 digits, "²"), leaves the field unknown.
-        rt = ascii_uint(obj.get("__REALTIME_TIMESTAMP"))
-        if rt is not None:
-            rec.time = _from_us(rt)
-            if rec.time is not None:
-                rec.time_kind = TIME_WALL
-                rec.raw_time = str(rt)
-        # A kernel record's own stamp: journald's kmsg reader (systemd src/journal/journald-kmsg.c,
-        # dev_kmsg_record) writes the kmsg usec field as _SOURCE_MONOTONIC_TIMESTAMP, the stamp
-        # dmesg and kern.log print as [mono]; __MONOTONIC_TIMESTAMP is when journald received it
-        # (later, by up to the time journald lags). The same printk in kern.log and here is one
-        # record (dedupe pairs them by it); other transports have only the receive stamp.
-        mono = ascii_uint(obj.get("_SOURCE_MONOTONIC_TIMESTAMP")) if transport == "kernel" else None
-        if mono is None:
-            mono = ascii_uint(obj.get("__MONOTONIC_TIMESTAMP"))
-        if mono is not None:
-            rec.monotonic = mono_seconds(mono / 1e6)
-        fac, pri = ascii_uint(obj.get("SYSLOG_FACILITY")), ascii_uint(obj.get("PRIORITY"))
-        if fac is not None and fac < 1 << 16:
-            rec.facility = _facility_name(fac)
-        if pri is not None and pri < 8:
-            rec.level = LEVELS[pri]
-        rec.seq = ascii_uint(obj.get("__SEQNUM"))
-        return rec
-    # Generic wrappers: the message under a well-known key, possibly nested.
+    if "MESSAGE" in obj:
+        return _journal_json(obj, raw)
+    return _wrapped_json(obj, raw, ctx)
+
+
+def _journal_json(obj: dict[str, Any], raw: str) -> Record | None:
+    """A journald export record (``journalctl -o json``, systemd.journal-fields(7)); None when its
+    MESSAGE is neither text nor an array of bytes."""
+    msg = obj.get("MESSAGE")
+    if isinstance(msg, list):  # non-UTF-8 messages are arrays of bytes
+        msg = bytes(x & 0xFF for x in msg if isinstance(x, int)).decode("utf-8", "replace")
+    if not isinstance(msg, str):
+        return None
+    rec = Record(message=msg, raw=raw, fmt="journal_json", host=_text(obj.get("_HOSTNAME")),
+                 ident=_text(obj.get("SYSLOG_IDENTIFIER")), boot_id=_text(obj.get("_BOOT_ID")))
+    transport = obj.get("_TRANSPORT")
+    rec.kernel = transport in (None, "kernel")
+    # Numbers as journald writes them (strings of ASCII digits; some exporters write ints);
+    # anything else, or out of range (2**64-1, 18 digits, "²"), leaves the field unknown.
+    rt = ascii_uint(obj.get("__REALTIME_TIMESTAMP"))
+    if rt is not None:
+        rec.time = _from_us(rt)
+        if rec.time is not None:
+            rec.time_kind = TIME_WALL
+            rec.raw_time = str(rt)
+    # A kernel record's own stamp: journald's kmsg reader (systemd src/journal/journald-kmsg.c,
+    # dev_kmsg_record) writes the kmsg usec field as _SOURCE_MONOTONIC_TIMESTAMP, the stamp
+    # dmesg and kern.log print as [mono]; __MONOTONIC_TIMESTAMP is when journald received it
+    # (later, by up to the time journald lags). The same printk in kern.log and here is one
+    # record (dedupe pairs them by it); other transports have only the receive stamp.
+    mono = ascii_uint(obj.get("_SOURCE_MONOTONIC_TIMESTAMP")) if transport == "kernel" else None
+    if mono is None:
+        mono = ascii_uint(obj.get("__MONOTONIC_TIMESTAMP"))
+    if mono is not None:
+        rec.monotonic = mono_seconds(mono / 1e6)
+    fac, pri = ascii_uint(obj.get("SYSLOG_FACILITY")), ascii_uint(obj.get("PRIORITY"))
+    if fac is not None and fac < 1 << 16:
+        rec.facility = _facility_name(fac)
+    if pri is not None and pri < 8:
+        rec.level = LEVELS[pri]
+    rec.seq = ascii_uint(obj.get("__SEQNUM"))
+    return rec
+
+
+def _wrapped_json(obj: dict[str, Any], raw: str, ctx: TimeContext) -> Record | None:
+    """A log line wrapped in JSON by an agent or container runtime: the message under a
+    well-known key, possibly nested (:func:`_find_message`), its time, host and ident from the
+    wrapper, the wrapped line's own envelope read too; None when no message is found."""
     msg = _find_message(obj)
     if msg is None:
         return None

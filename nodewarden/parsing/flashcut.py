@@ -10,9 +10,11 @@ each about one port (``device``, ``port``):
     tied the netdev to its RDMA port (unmapped netdevs count under ``(netdev, None)``). The
     event's own ``time`` is used when it has one.
 ``poll``
-    :meth:`observe_port` with the state read from sysfs (``InfinibandCollector.ports()``): a
-    poll that sees the port not ACTIVE after one that saw it ACTIVE opens a drop, the next poll
-    that sees it ACTIVE closes it. Polls can miss a drop shorter than their interval.
+    :meth:`observe_port` with whether a sysfs poll saw the port active (the ``active`` of the
+    caller's port record, :func:`nodewarden.sysfs.infiniband.port_active`, e.g. from
+    ``InfinibandCollector.ports()``): a poll that sees the port not active after one that saw
+    it active opens a drop, the next poll that sees it active closes it. Polls can miss a drop
+    shorter than their interval.
 ``link_downed`` / ``carrier_changes``
     a rise of the PMA ``link_downed`` counter between two polls that both saw ACTIVE: one drop
     per increment, its duration unknown (``duration_s`` None). The netclass collector's flap
@@ -46,7 +48,6 @@ from typing import Any
 from nodewarden import events as ev
 
 IB_LINK_OUTAGE = "ib_link_outage"  # a drop longer than max_seconds (to be listed in events.KINDS)
-IB_ACTIVE, IB_LINKUP = 4, 5
 LOG, POLL, LINK_DOWNED, CARRIER_CHANGES = "log", "poll", "link_downed", "carrier_changes"
 _NOT_ACTIVE_STATES = ("DOWN", "INIT", "ARMED")
 
@@ -73,13 +74,6 @@ class _Port:
     poll_link_downed: int | None = None
     flash_cuts: int = 0
     outages: int = 0
-
-
-def port_active(state: int | None, phys_state: int | None) -> bool | None:
-    """ACTIVE (4) and, when known, LinkUp (5); None when the state is unknown."""
-    if state is None:
-        return None
-    return state == IB_ACTIVE and phys_state in (None, IB_LINKUP)
 
 
 class FlashCutDetector:
@@ -125,11 +119,13 @@ class FlashCutDetector:
             return []
         return self._up(key, t, kind)
 
-    def observe_port(self, device: str, port: int, state: int | None, phys_state: int | None,
-                     link_downed: int | None, now: float) -> list[ev.FaultEvent]:
-        """Feed one poll of one port (numbers as sysfs prints them)."""
+    def observe_port(self, device: str, port: int, active: bool | None, link_downed: int | None,
+                     now: float) -> list[ev.FaultEvent]:
+        """Feed one poll of one port: ``active`` as the poll's record says (None: its state could
+        not be read, the poll is not judged), ``link_downed`` the PMA counter (None: unreadable),
+        ``now`` Unix time in seconds. Returns the cut/outage events it completes."""
         key = (device, int(port))
-        up = port_active(state, phys_state)
+        up = active
         if up is None:
             return []
         p = self._port(key)

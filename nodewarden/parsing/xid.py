@@ -1,6 +1,12 @@
 """NVIDIA driver (NVRM) lines: Xid errors of every driver generation, the text-only
-"fallen off the bus" form, the "GPU at PCI ... GPU-<uuid>" / board-serial lines, and NVRM
-assertions (``nvAssert...Failed...: Assertion failed: ...``, :func:`parse_assertion`).
+"fallen off the bus" form, the "GPU at PCI ... GPU-<uuid>" line, and NVRM assertions
+(``nvAssert...Failed...: Assertion failed: ...``, :func:`parse_assertion`).
+
+Before a GPU's first Xid the driver prints ``NVRM: GPU at PCI:%04x:%02x:%02x: %s`` (the GPU's
+UUID) and ``NVRM: GPU Board Serial Number: %s``, once per GPU and driver load
+(open-gpu-kernel-modules ``src/nvidia/src/kernel/gpu/rc/kernel_rc.c``, ``_krcLogUuidOnce``).
+The UUID line maps the bus id to the GPU (:func:`parse_gpu_at`; the Xid events get
+``gpu_uuid``); the serial line names no GPU and is read as no event: the UUID names the board.
 
 Text that names an Xid without being an Xid record is no Xid: ``NVRM: _kgspLogXid119: ****
 GSP Timeout ****`` (the banner of kernel_gsp.c's ``_kgspLogXid119``, r535-r550; named
@@ -163,7 +169,6 @@ RATE_LIMIT_RE = re.compile(
     r"(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?) \(printing 1 of every (?P<n>[0-9]{1,9})\)")
 # The driver banner printed when the kernel module loads: per-GPU driver state starts afresh.
 DRIVER_LOAD_RE = re.compile(r"NVRM: loading NVIDIA UNIX")
-SERIAL_RE = re.compile(r"NVRM: GPU Board Serial Number: (?P<serial>\S*)")
 # Kubernetes device plugin (NVML event, not a kernel line). Xid 999 is the plugin's own sentinel.
 DEVICE_PLUGIN_RE = re.compile(r"XidCriticalError: Xid=(?P<xid>[0-9]{1,9}) on Device=(?P<dev>[^,\s]+)")
 

@@ -1,15 +1,38 @@
-"""``/sys/class/infiniband/<dev>/ports/<N>/`` value forms (Documentation/ABI/stable/sysfs-class-infiniband):
-port ``state`` and ``phys_state`` codes and the ``rate`` text."""
+"""``/sys/class/infiniband``: RDMA devices and their ports as typed records.
+
+Kernel ABI: ``Documentation/ABI/stable/sysfs-class-infiniband`` (the files) and
+``drivers/infiniband/core/sysfs.c`` (their formats: ``state_show`` "4: ACTIVE",
+``phys_state_show`` "5: LinkUp", ``rate_show`` "400 Gb/sec (4X NDR)", the PMA counters
+``counters/*``, the driver's ``hw_counters/*``). One record per device and per port; the readers
+take the sysfs root and an :class:`~nodewarden.sysfs.attrs.AttrReader` that counts the files
+found but unreadable. The rules every reader of a port follows are here: :func:`port_active`
+(is this port up?) and :func:`read_link_layer` (a missing ``link_layer`` is InfiniBand).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+from pathlib import Path
+from typing import Mapping
+
+from nodewarden.parsing.pci import normalize_pci
+from nodewarden.sysfs.attrs import AttrReader, listdir, parse_code_name
 
 # ib_port_state / ib_port_phys_state (include/rdma/ib_verbs.h), as sysfs prints them: "N: NAME".
 IB_ACTIVE, IB_LINKUP = 4, 5
+INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
+# The ABI document names the file port_rcv_contraint_errors (sic); kernels create
+# port_rcv_constraint_errors (Y-002/Y-003). Both read as the correct name.
+COUNTER_ALIASES = {"port_rcv_contraint_errors": "port_rcv_constraint_errors"}
+# hw_counters/lifespan is the counters' cache lifetime in ms: a setting, not a count.
+NOT_COUNTERS = ("lifespan",)
 
 _RATE = re.compile(r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\))?")
 
+
+# ---- value forms -------------------------------------------------------------------------------
 
 def parse_ib_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
     """``rate``: ``400 Gb/sec (4X NDR)`` -> (400.0 Gbit/s, 4 lanes, "NDR"); ``2.5 Gb/sec (1X SDR)``
@@ -18,3 +41,146 @@ def parse_ib_rate(text: str | None) -> tuple[float | None, int | None, str | Non
     if not m:
         return None, None, None
     return float(m.group("gbit")), int(m.group("width")) if m.group("width") else None, m.group("speed") or None
+
+
+def counter_name(filename: str) -> str:
+    """The counter a ``counters/`` file holds, with the ABI document's misspelling corrected."""
+    return COUNTER_ALIASES.get(filename, filename)
+
+
+# ---- records -----------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Port:
+    """One port of an RDMA device, as read at one moment. A field whose file is unreadable is
+    None (and the file counted by the reader); ``counters`` holds None for a counter that reads
+    ``N/A (no PMA)`` (iWARP ``i40iw``, Y-005)."""
+
+    device: str                               # class/infiniband/<device>
+    port: int                                 # ports/<port>
+    state: int | None                         # ports/<port>/state: the number of "4: ACTIVE"
+    state_name: str | None                    # ports/<port>/state: the name ("ACTIVE")
+    phys_state: int | None                    # ports/<port>/phys_state: the number of "5: LinkUp"
+    phys_state_name: str | None               # ports/<port>/phys_state: the name ("LinkUp")
+    rate: str | None                          # ports/<port>/rate ("400 Gb/sec (4X NDR)")
+    link_layer: str | None                    # ports/<port>/link_layer (see read_link_layer)
+    netdev: str | None = None                 # ports/<port>/gid_attrs/ndevs/0 (Ethernet link layer only)
+    counters: Mapping[str, int | None] = dataclasses.field(default_factory=dict)     # ports/<port>/counters/<name>
+    hw_counters: Mapping[str, int | None] = dataclasses.field(default_factory=dict)  # ports/<port>/hw_counters/<name>
+
+    @property
+    def key(self) -> str:
+        """``mlx5_0/1``: the port's name in events, reports and the flash-cut detector."""
+        return f"{self.device}/{self.port}"
+
+    @property
+    def active(self) -> bool | None:
+        """:func:`port_active` of this port."""
+        return port_active(self)
+
+    @property
+    def link_downed(self) -> int | None:
+        """``counters/link_downed`` (PMA LinkDownedCounter); None when absent, N/A or unreadable."""
+        return self.counters.get("link_downed")
+
+    @property
+    def rate_gbit(self) -> float | None:
+        """The ``rate`` in Gbit/s (400.0 for ``400 Gb/sec (4X NDR)``); None when unreadable."""
+        return parse_ib_rate(self.rate)[0]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Device:
+    """One RDMA device (HCA, RNIC, an mlx5 LAG device) and its ports."""
+
+    name: str                          # class/infiniband/<name>
+    pci_bus_id: str | None             # device -> the PCI function it is (None: no such link)
+    hca_type: str | None               # hca_type ("MT4129")
+    fw_ver: str | None                 # fw_ver
+    board_id: str | None               # board_id
+    netdevs: tuple[str, ...]           # device/net/<netdev>: the PCI function's network interfaces
+    ports: tuple[Port, ...]            # ports/<n>, in port order
+
+
+# ---- rules -------------------------------------------------------------------------------------
+
+def port_active(port: Port) -> bool | None:
+    """Is the port up? Logical state ACTIVE (code 4, or the text ``ACTIVE`` when the file has no
+    number) and physical state LinkUp (code 5, or the text ``LinkUp``) or unreadable.
+
+    IBTA vol. 1 7.2: PortState Active is reachable only with PortPhysicalState LinkUp, so an
+    ACTIVE port whose ``phys_state`` cannot be read is still active (the reader counted the file;
+    the links check warns about it). A readable ``phys_state`` other than LinkUp is not active.
+    None when the logical ``state`` itself could not be read: the port is not judged."""
+    if port.state is None and port.state_name is None:
+        return None
+    active = port.state == IB_ACTIVE or (port.state is None and (port.state_name or "").upper() == "ACTIVE")
+    if port.phys_state is None and port.phys_state_name is None:
+        return active
+    linkup = port.phys_state == IB_LINKUP or (
+        port.phys_state is None and (port.phys_state_name or "").lower() == "linkup")
+    return active and linkup
+
+
+def read_link_layer(pdir: Path, reader: AttrReader) -> str | None:
+    """``ports/<n>/link_layer``: ``InfiniBand`` or ``Ethernet`` (RoCE, iWARP). A missing file is
+    ``InfiniBand``: kernels before ``link_layer`` existed had IB-only RDMA devices. A file that
+    is there but unreadable (or empty) is None."""
+    path = pdir / "link_layer"
+    if not os.path.lexists(path):
+        return INFINIBAND
+    return reader.text(path) or None
+
+
+# ---- readers -----------------------------------------------------------------------------------
+
+def present(sysfs: Path) -> bool:
+    """Whether ``<sysfs>/class/infiniband`` exists (the kernel has RDMA devices or support)."""
+    return (Path(sysfs) / "class" / "infiniband").is_dir()
+
+
+def read_port(device: str, port: int, pdir: Path, reader: AttrReader) -> Port:
+    """One port directory (``class/infiniband/<device>/ports/<port>``) as a :class:`Port`."""
+    state = parse_code_name(reader.text(pdir / "state"))
+    phys = parse_code_name(reader.text(pdir / "phys_state"))
+    layer = read_link_layer(pdir, reader)
+    counters: dict[str, int | None] = {}
+    for fname in listdir(pdir / "counters"):
+        counters[counter_name(fname)] = reader.counter(pdir / "counters" / fname)
+    hw = {fname: reader.counter(pdir / "hw_counters" / fname)
+          for fname in listdir(pdir / "hw_counters") if fname not in NOT_COUNTERS}
+    # The GID table's netdev (a bond for a LAG device); an InfiniBand port has none (EINVAL).
+    netdev = reader.text(pdir / "gid_attrs" / "ndevs" / "0") if layer == ETHERNET else None
+    return Port(device, port, state[0], state[1], phys[0], phys[1], reader.text(pdir / "rate"), layer,
+                netdev or None, counters, hw)
+
+
+def read_devices(sysfs: Path, reader: AttrReader | None = None) -> list[Device]:
+    """Every RDMA device under ``<sysfs>/class/infiniband`` with its ports (``mlx5_2`` before
+    ``mlx5_10``); ``[]`` when the directory is absent. Never raises: a port that vanishes while
+    read is left out and counted."""
+    reader = reader if reader is not None else AttrReader()
+    root = Path(sysfs) / "class" / "infiniband"
+    out = []
+    for name in listdir(root):
+        ddir = root / name
+        try:
+            pci = normalize_pci(os.path.basename(os.path.realpath(ddir / "device")))
+        except OSError:
+            pci = None
+        ports = []
+        for num in listdir(ddir / "ports"):
+            if not num.isdigit():
+                continue
+            try:
+                ports.append(read_port(name, int(num), ddir / "ports" / num, reader))
+            except OSError:  # the port vanished while being read: the others still answer
+                reader.unreadable += 1
+        out.append(Device(name, pci, reader.text(ddir / "hca_type"), reader.text(ddir / "fw_ver"),
+                          reader.text(ddir / "board_id"), tuple(listdir(ddir / "device" / "net")), tuple(ports)))
+    return out
+
+
+def read_ports(sysfs: Path, reader: AttrReader | None = None) -> list[Port]:
+    """The ports of :func:`read_devices`, in device then port order."""
+    return [p for d in read_devices(sysfs, reader) for p in d.ports]

@@ -19,13 +19,13 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
-import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from nodewarden import nvml
+from nodewarden.sysfs import pci
 from nodewarden.nvml import (RECOVERY_ADVICE, RECOVERY_NONE, driver_lacks_field, read_recovery_action,
                              recovery_action_name, return_name)
-from nodewarden.parsing.pci import normalize_pci
 
 Progress = Callable[[str, float, str], None]  # (check, fraction 0..1, text)
 
@@ -34,8 +34,6 @@ def _noop(check: str, fraction: float, text: str) -> None:
     return None
 
 
-PCI_VENDOR_NVIDIA = 0x10DE
-PCI_CLASS_DISPLAY = 0x03  # base class: VGA (0x0300), 3D controller (0x0302, the data-centre GPUs), other (0x0380)
 DEVICES = ("auto", "cuda", "cpu")
 
 
@@ -97,8 +95,10 @@ class RunContext:
                 return self.compute().reason
             if need == "gpu" and self.compute().device != "cuda":
                 return "no CUDA GPU visible to PyTorch"
-            if need == "nvml" and not nvml_available():
-                return "NVML (libnvidia-ml.so.1) not available: no NVIDIA driver"
+            if need == "nvml":
+                why = nvml_missing()
+                if why is not None:
+                    return why
         return None
 
 
@@ -144,42 +144,21 @@ def cuda_devices(torch: Any) -> tuple[int, str]:
 
 
 def nvidia_gpus_on_pci(sysfs: Path) -> list[str]:
-    """PCI addresses (``0000:18:00.0``) of the NVIDIA GPUs under ``sysfs/bus/pci/devices``:
-    functions of vendor 0x10de with a display base class (0x03: VGA, 3D controller, other),
-    sorted; [] when the directory is absent. Needs neither the driver nor NVML."""
-    root = Path(sysfs) / "bus" / "pci" / "devices"
-    out = []
-    try:
-        entries = sorted(os.listdir(root))
-    except OSError:
-        return []
-    for bdf in entries:
-        try:
-            vendor = int((root / bdf / "vendor").read_text().strip(), 16)
-            cls = int((root / bdf / "class").read_text().strip(), 16)
-        except (OSError, ValueError):
-            continue
-        if vendor == PCI_VENDOR_NVIDIA and cls >> 16 == PCI_CLASS_DISPLAY:
-            out.append(bdf)
-    return out
+    """PCI addresses (``0000:18:00.0``) of the NVIDIA GPUs under ``sysfs/bus/pci/devices``
+    (:func:`nodewarden.sysfs.pci.is_gpu`: the links check counts the same functions), in bus
+    order; [] when the directory is absent. Needs neither the driver nor NVML."""
+    return [f.pci_bus_id for f in pci.read_functions(Path(sysfs), vendors=(pci.NVIDIA,)) if pci.is_gpu(f)]
 
 
-def nvml_gpu_count() -> int | None:
-    """GPUs the NVIDIA driver reports through NVML (``nvmlDeviceGetCount``), None without NVML."""
+def nvml_gpu_count(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> int | None:
+    """GPUs the NVIDIA driver reports through NVML (``nvmlDeviceGetCount``), None without NVML,
+    when the call fails, or when NVML does not answer within ``timeout_s`` seconds
+    (:func:`nodewarden.nvml.query`). Never raises."""
     try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:
+        n, _ = nvml.query(lambda s: s.count(), timeout_s, "nvmlDeviceGetCount")
+    except Exception:  # NvmlTimeout, NvmlCallError
         return None
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:
-        return None
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    return n
 
 
 def nvidia_gpu_count(sysfs: Path) -> int:
@@ -226,112 +205,78 @@ def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
 
 
-def nvml_available() -> bool:
-    """True when nvidia-ml-py can initialise NVML (the driver's library is loadable)."""
+def nvml_missing(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> str | None:
+    """Why NVML cannot be used here (a check's ``skip`` reason), or None when nvmlInit succeeds
+    within ``timeout_s`` seconds (:func:`nodewarden.nvml.query`). Never raises."""
     try:
-        import pynvml
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-        return True
-    except Exception:
-        return False
+        ok, why = nvml.query(lambda s: True, timeout_s, "nvmlInit")
+    except nvml.NvmlTimeout as e:
+        return f"{e} (driver hung? nvidia-smi would hang too)"
+    return None if ok else f"NVML not available ({why}): no NVIDIA driver"
 
 
 # ---- the NVML snapshot the checks share (links, gpu_memory) -------------------------------------
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _gpu_snapshot(s: nvml.Session, i: int) -> dict[str, Any]:
+    """GPU ``i``'s entry of :func:`nvml_snapshot`. Raises GpuLost, NvmlCallError (no handle)."""
+    h = s.handle(i)
+    if h is None:
+        raise nvml.NvmlCallError("nvmlDeviceGetHandleByIndex", nvml.NVML_ERROR_NOT_SUPPORTED)
+    ident = nvml.identity(s, h)
+    g: dict[str, Any] = {"index": i, "pci": ident.pci_bus_id, "name": ident.name, "uuid": ident.uuid}
+    code, ret = read_recovery_action(s, h)
+    g["recovery_action"] = recovery_action_name(code) if code is not None else None
+    g["recovery_action_code"] = code
+    g["recovery_action_read"] = ("ok" if code is not None else
+                                 f"not_supported ({return_name(ret)})" if driver_lacks_field(ret) else
+                                 f"error ({return_name(ret)})")
+    g["pstate"] = s.value("nvmlDeviceGetPerformanceState", h)
+    g["nvlink"] = nvml.nvlink_states(s, h)
+    g["sm_clock_mhz"] = s.value("nvmlDeviceGetClockInfo", h, s.nv.NVML_CLOCK_SM)
+    g["sm_clock_max_mhz"] = s.value("nvmlDeviceGetMaxClockInfo", h, s.nv.NVML_CLOCK_SM)
+    g["mem_clock_mhz"] = s.value("nvmlDeviceGetClockInfo", h, s.nv.NVML_CLOCK_MEM)
+    g["clock_reasons"], api = nvml.clock_event_reasons(s, h)
+    if api is not None:
+        g["clock_reasons_api"] = api
+    return g
 
 
-def nvml_snapshot() -> tuple[list[dict[str, Any]] | None, str]:
+def _snapshot(s: nvml.Session) -> list[dict[str, Any]]:
+    return [_gpu_snapshot(s, i) for i in range(s.count())]
+
+
+def nvml_snapshot(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> tuple[list[dict[str, Any]] | None, str]:
     """What NVML says of every GPU of this machine, or (None, why not). Per GPU: ``index``
-    (NVML's), ``pci`` (normalized bus id), ``name``, ``pstate``, ``nvlink`` (link -> active),
-    ``sm_clock_mhz``/``sm_clock_max_mhz``/``mem_clock_mhz`` (MHz), ``clock_reasons`` (the
-    nvmlClocksEventReason mask) and ``clock_reasons_api``, and the GPU recovery action
-    (:func:`nodewarden.nvml.read_recovery_action`, field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION):
+    (NVML's), ``pci`` (normalized bus id), ``name``, ``uuid``, ``pstate``, ``nvlink`` (link ->
+    active, :func:`nodewarden.nvml.nvlink_states`), ``sm_clock_mhz``/``sm_clock_max_mhz``/
+    ``mem_clock_mhz`` (MHz), ``clock_reasons`` (the nvmlClocksEventReason mask) and
+    ``clock_reasons_api`` (:func:`nodewarden.nvml.clock_event_reasons`), and the GPU recovery
+    action (:func:`nodewarden.nvml.read_recovery_action`, field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION):
     ``recovery_action`` (name, ``none`` when healthy; None when not read), ``recovery_action_code``
     (nvmlDeviceGpuRecoveryAction_t) and ``recovery_action_read`` (``ok``, ``not_supported (...)``
     for a driver without the field, ``error (...)``). A query a GPU does not answer is None.
-    Opens and closes NVML itself; blocks as long as the driver does (:func:`nvml_with_timeout`)."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) not installed"
-    try:
-        pynvml.nvmlInit()
-    except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return None, f"NVML not available ({e})"
-
-    def opt(fn: Any, *args: Any) -> Any:
-        try:
-            return fn(*args)
-        except pynvml.NVMLError:
-            return None
-
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            g: dict[str, Any] = {"index": i, "pci": normalize_pci(_text(pynvml.nvmlDeviceGetPciInfo(h).busId))}
-            name = opt(pynvml.nvmlDeviceGetName, h)
-            g["name"] = _text(name) if name is not None else None
-            uuid = opt(pynvml.nvmlDeviceGetUUID, h)
-            g["uuid"] = _text(uuid) if uuid is not None else None
-            code, ret = read_recovery_action(pynvml, h)
-            g["recovery_action"] = recovery_action_name(code) if code is not None else None
-            g["recovery_action_code"] = code
-            g["recovery_action_read"] = ("ok" if code is not None else
-                                         f"not_supported ({return_name(ret)})" if driver_lacks_field(ret) else
-                                         f"error ({return_name(ret)})")
-            g["pstate"] = opt(pynvml.nvmlDeviceGetPerformanceState, h)
-            links: dict[int, bool] = {}
-            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-                state = opt(pynvml.nvmlDeviceGetNvLinkState, h, link)
-                if state is not None:
-                    links[link] = bool(state)
-            g["nvlink"] = links
-            g["sm_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
-            g["sm_clock_max_mhz"] = opt(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM)
-            g["mem_clock_mhz"] = opt(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
-            g["clock_reasons"] = None
-            # nvmlDeviceGetCurrentClocksEventReasons (drivers >= 535); the older name before.
-            for fn in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-                f = getattr(pynvml, fn, None)
-                if f is None:
-                    continue
-                try:
-                    g["clock_reasons"] = int(f(h))
-                    g["clock_reasons_api"] = fn
-                    break
-                except pynvml.NVMLError:
-                    continue
-            gpus.append(g)
-        return gpus, ""
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+    A lost GPU (NVML_ERROR_GPU_IS_LOST) or a failed count/handle: (None, why). NVML that does
+    not answer within ``timeout_s`` seconds: (None, why); :func:`nvml_with_timeout` says which
+    of these are faults of the driver. Never raises."""
+    gpus, why, _ = nvml_with_timeout(timeout_s)
+    return gpus, why
 
 
 def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str, bool]:
-    """:func:`nvml_snapshot` in a daemon thread, waited for ``seconds``: (gpus, why not, hung).
-    A driver that does not answer in time gives (None, "NVML did not answer within N s", True);
-    the thread is left blocked in it. Never raises."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["v"] = nvml_snapshot()
-        except Exception as e:  # an NVML call failed outside the per-call guards
-            box["v"] = (None, f"NVML query failed: {type(e).__name__}: {e}")
-
-    t = threading.Thread(target=target, name="nodewarden-nvml", daemon=True)
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        return None, f"NVML did not answer within {seconds:g} s", True
-    gpus, why = box["v"]
+    """:func:`nvml_snapshot` as (gpus, why not, faulted), read under the one NVML timeout
+    (:func:`nodewarden.nvml.query`). ``faulted`` is True when the driver itself showed a fault,
+    which fails a check instead of skipping it: NVML did not answer within ``seconds`` (or an
+    earlier NVML call of this process is still blocked in it), or a GPU answered
+    NVML_ERROR_GPU_IS_LOST. Without NVML, or when a count/handle call fails: (None, why, False).
+    Never raises."""
+    try:
+        gpus, why = nvml.query(_snapshot, seconds, "validator NVML snapshot")
+    except nvml.NvmlTimeout as e:
+        return None, f"{e} (driver hung? nvidia-smi would hang too)", True
+    except nvml.GpuLost as e:
+        return None, f"NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST in {e}): fallen off the bus or lost by the driver", True
+    except Exception as e:  # NvmlCallError from the count or a handle
+        return None, f"NVML query failed: {type(e).__name__}: {e}", False
     return gpus, why, False
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from nodewarden import exitcodes
+from nodewarden import exitcodes, nvml
 from nodewarden.validator import checks, profiles, report, runner
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.result import exit_code
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return exitcodes.OK
     try:
         names = parse_checks(args.checks, args.quick)
-        profile = profiles.resolve(args.profile)
+        profile = profiles.resolve(args.profile, timeout_s=args.nvml_timeout)
         sets = list(args.set or [])
         if args.storage_path:
             sets.append(f"storage.path={args.storage_path!r}".replace("'", '"'))
@@ -139,10 +139,25 @@ def _tolerance_arg(text: str) -> float:
     return x
 
 
+def _seconds_arg(text: str) -> float:
+    """A finite number of seconds above 0 and at most a day (NaN, infinities refused)."""
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not 0 < x <= 86400:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"not a number of seconds above 0 and at most 86400: {text!r}")
+    return x
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checks", help=f"comma-separated subset of: {', '.join(checks.NAMES)}")
     p.add_argument("--quick", action="store_true", help="the prolog gate: a subset with small sizes (< 45 s)")
     p.add_argument("--profile", default="auto", help="hardware profile, or auto (from the GPU's NVML name)")
+    p.add_argument("--nvml-timeout", type=_seconds_arg, default=nvml.DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="bound on --profile auto's NVML query: a driver that does not answer in time gives the "
+                        f"generic profile and fails the NVML checks (default {nvml.DEFAULT_TIMEOUT_S:g}; the "
+                        "checks' own bound is their nvml_timeout_seconds)")
     p.add_argument("--config", metavar="FILE", help="TOML with [checks.NAME] threshold/parameter overrides")
     p.add_argument("--set", action="append", metavar="CHECK.KEY=VALUE", help="override one parameter (repeatable)")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),

@@ -8,10 +8,12 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from nodewarden import collectors
 from nodewarden.agent import config as cf
 from nodewarden.cli import build_parser
 
@@ -37,6 +39,15 @@ def test_the_shipped_example_loads_and_states_the_defaults() -> None:
     assert cfg.journal_max_bytes == 256 << 20 and cfg.journal_max_age_days == 400
     assert cfg.validator == cf.ValidatorConfig(enabled=True, interval_days=7, jitter_hours=12,
                                                args=("--profile", "auto"), timeout_seconds=3600)
+
+
+def test_the_collectors_keys_are_the_registry_names() -> None:
+    """One list: a collector added to nodewarden.collectors is a [collectors] key, on by default,
+    and the shipped example names it."""
+    assert cf.COLLECTORS == collectors.NAMES
+    assert tuple(cf.TABLES["collectors"]) == collectors.NAMES
+    assert cf.AgentConfig().enabled_collectors == list(collectors.NAMES)
+    assert tuple(tomllib.loads(EXAMPLE.read_text())["collectors"]) == collectors.NAMES
 
 
 def test_every_key_is_read(tmp_path: Path) -> None:

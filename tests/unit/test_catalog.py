@@ -366,8 +366,20 @@ def test_catalog_version() -> None:
 
 def test_import_reads_no_data_files() -> None:
     code = (
-        "import nodewarden.catalog as c; "
-        "assert c._rows.cache_info().currsize == 0; "
-        "assert c._shipped_policy_data.cache_info().currsize == 0"
+        "import nodewarden.catalog; from nodewarden.catalog import loading, policy; "
+        "assert loading.rows.cache_info().currsize == 0; "
+        "assert loading.shipped_policy_data.cache_info().currsize == 0; "
+        "assert policy.default_policy.cache_info().currsize == 0"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_the_package_re_exports_its_modules_names() -> None:
+    from nodewarden.catalog import groups, loading, policy, render, xid
+    homes = {"ACTIONS": policy, "Policy": policy, "Rule": policy, "load_policy": policy,
+             "GROUPS": groups, "GROUP_LABELS": groups, "GROUP_REMEDY": groups, "TABLE5_LABELS": groups,
+             "UNKNOWN_GROUP": groups, "catalog_version": loading, "as_dict": render, "explain": render,
+             "XidInfo": xid, "codes": xid, "group_of": xid, "lookup": xid}
+    assert sorted(catalog.__all__) == sorted(homes)
+    for name, module in homes.items():
+        assert getattr(catalog, name) is getattr(module, name), name

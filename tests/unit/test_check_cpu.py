@@ -1,6 +1,6 @@
 """The cpu check: one pinned worker per usable CPU computing known answers. A wrong answer on one
 core fails naming that CPU; a core far slower than the median fails by the outlier rule; a
-powersave governor warns."""
+powersave governor warns; frequency and governors come from the run's sysfs/procfs roots."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nodewarden.sysfs import cpufreq
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.checks import cpu
 from nodewarden.validator.result import ERROR, FAIL, PASS, WARN
@@ -21,8 +22,12 @@ CPUS = sorted(os.sched_getaffinity(0))
 SHORT = {"duration_seconds": 0.6, "min_core_ratio": 0.1}
 
 
-def ctx(sysfs: Path | None = None, **params) -> RunContext:
-    return RunContext(profile={"cpu": params}, sysfs=sysfs or Path("/sys"), device="cpu")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+
+
+def ctx(sysfs: Path | None = None, procfs: Path | None = None, **params) -> RunContext:
+    return RunContext(profile={"cpu": params}, sysfs=sysfs or Path("/sys"), procfs=procfs or Path("/proc"),
+                      device="cpu")
 
 
 # -- known answers ----------------------------------------------------------------------------------
@@ -81,7 +86,7 @@ def governor_tree(root: Path, governors: dict[int, str]) -> Path:
 ])
 def test_governor_summary(tmp_path, governors, summary):
     tree = governor_tree(tmp_path, governors)
-    got = cpu.read_governors(tree, sorted(governors) + [99])   # cpu99 has no cpufreq: left out
+    got = cpufreq.governors(cpufreq.read_cpus(tree, cpus=sorted(governors) + [99]))  # cpu99: no cpufreq
     assert got == governors
     assert cpu.summarize_governors(got) == summary
 
@@ -92,6 +97,24 @@ def test_powersave_governor_warns(tmp_path):
     assert r.status == WARN, r.reason
     assert "powersave" in r.reason
     assert {m.name: m.value for m in r.measurements}["governor"] == "powersave"
+
+
+def test_frequency_comes_from_the_runs_sysfs(tmp_path):
+    """Divergence: the cpu check measured the frequency with psutil (this machine's /sys and
+    /proc) whatever ``ctx.sysfs`` said; now it reads the run's tree, as the links check does:
+    the h100 fixture's cpufreq says 2.0 GHz for cpu0..7, a tree without cpufreq falls back to
+    the run's procfs cpuinfo."""
+    mine = [c for c in CPUS if c < 8]
+    if not mine:
+        pytest.skip("no usable CPU among the fixture's cpu0..7")
+    r = run_check("cpu", ctx(FIXTURES / "h100-hgx-ndr", tmp_path, **{**SHORT, "duration_seconds": 0.2}))
+    by_name = {m.name: m for m in r.measurements if m.device is None}
+    assert by_name["cpu_frequency"].value == 2_000_000_000 and by_name["cpu_frequency"].unit == "Hz"
+    assert r.details["governors"] == {str(c): "performance" for c in mine}
+    (tmp_path / "cpuinfo").write_text("".join(f"processor\t: {c}\ncpu MHz\t\t: 1234.500\n" for c in CPUS))
+    r = run_check("cpu", ctx(tmp_path / "no-cpufreq", tmp_path, **{**SHORT, "duration_seconds": 0.2}))
+    by_name = {m.name: m for m in r.measurements if m.device is None}
+    assert by_name["cpu_frequency"].value == 1_234_500_000 and r.details["governors"] == {}
 
 
 # -- the real path --------------------------------------------------------------------------------

@@ -52,50 +52,6 @@ def put(root: Path, rel: str, value: str) -> None:
     path.write_text(value + "\n")
 
 
-# ---- pure parsers: kernel ABI strings --------------------------------------------------------
-
-@pytest.mark.parametrize("text, want", [
-    ("400 Gb/sec (4X NDR)", (400.0, 4, "NDR")),        # Y-003, CX-7
-    ("200 Gb/sec (2X NDR)", (200.0, 2, "NDR")),        # Y-003, BlueField-3 LAG
-    ("200 Gb/sec (4X HDR)", (200.0, 4, "HDR")),        # I-013
-    ("56 Gb/sec (4X FDR)", (56.0, 4, "FDR")),          # I-011, ConnectX-3
-    ("2.5 Gb/sec (1X SDR)", (2.5, 1, "SDR")),          # rate_show's ".5" branch
-    ("100 Gb/sec (4X EDR)", (100.0, 4, "EDR")),
-    ("N/A (no PMA)", (None, None, None)),              # Y-005 style non-value
-    (None, (None, None, None)),
-])
-def test_parse_ib_rate(text, want) -> None:
-    assert links.parse_ib_rate(text) == want
-
-
-@pytest.mark.parametrize("text, want", [
-    ("4: ACTIVE", (4, "ACTIVE")), ("1: DOWN", (1, "DOWN")), ("2: Polling", (2, "Polling")),
-    ("5: LinkUp", (5, "LinkUp")), ("ACTIVE", (None, "ACTIVE")), (None, (None, None)),
-])
-def test_parse_state(text, want) -> None:
-    assert links.parse_code_name(text) == want
-
-
-@pytest.mark.parametrize("text, gen", [
-    ("32.0 GT/s PCIe", 5), ("16.0 GT/s PCIe", 4), ("8.0 GT/s PCIe", 3), ("2.5 GT/s PCIe", 1),
-    ("8 GT/s", 3), ("5 GT/s", 2), ("64.0 GT/s PCIe", 6), ("Unknown", None), ("Unknown speed", None), (None, None),
-])
-def test_pcie_generation(text, gen) -> None:
-    assert links.pcie_generation(text) == gen
-
-
-@pytest.mark.parametrize("text, lanes", [("16", 16), ("8", 8), ("x4", 4), ("0", None), ("", None), (None, None)])
-def test_pcie_width(text, lanes) -> None:
-    assert links.pcie_width(text) == lanes
-
-
-def test_clock_reasons_split_faults_from_information() -> None:
-    assert links.decode_clock_reasons(0x1 | 0x4) == ([], ["gpu_idle", "sw_power_cap"])
-    assert links.decode_clock_reasons(0x8 | 0x40 | 0x80)[0] == ["hw_slowdown", "hw_thermal_slowdown",
-                                                               "hw_power_brake_slowdown"]
-    assert links.decode_clock_reasons(0x20)[0] == ["sw_thermal_slowdown"]
-
-
 # ---- the healthy H100 node -----------------------------------------------------------------------
 
 def test_healthy_h100_passes() -> None:
@@ -264,6 +220,58 @@ def test_cpu_governor_and_cap_warn(h100: Path) -> None:
     r = run_links(h100)
     assert r.status == "warn"
     assert "CPU governor powersave on 1 CPUs" in r.reason and "capped on 1 CPUs" in r.reason
+
+
+# ---- the shared read rules, judged (nodewarden.sysfs; the collectors export the same) ---------------
+
+def test_active_port_with_unreadable_phys_state_is_active_with_a_warning(h100: Path) -> None:
+    """IBTA vol. 1 7.2: ACTIVE implies LinkUp. An unreadable phys_state of an ACTIVE port (it
+    failed this check before; the collector counted the port up) counts the port, and the
+    warning names the file."""
+    phys = h100 / "class/infiniband/mlx5_4/ports/1/phys_state"
+    phys.unlink()
+    phys.mkdir()  # a read error
+    r = run_links(h100)
+    assert r.status == "warn", r.reason
+    assert "mlx5_4/1 phys_state unreadable (class/infiniband/mlx5_4/ports/1/phys_state)" in r.reason
+    assert {(m.name, m.device): m.value for m in r.measurements}[("ib_ports_active", None)] == 8
+
+
+def test_text_only_active_state_counts(h100: Path) -> None:
+    put(h100, "class/infiniband/mlx5_6/ports/1/state", "ACTIVE")
+    r = run_links(h100)
+    assert r.status == "pass", r.reason
+    port = next(p for p in r.details["parts"]["infiniband"]["ports"] if p["port"] == "mlx5_6/1")
+    assert (port["state"], port["state_code"], port["active"]) == ("ACTIVE", None, True)
+
+
+def test_missing_link_layer_is_infiniband(h100: Path) -> None:
+    (h100 / "class/infiniband/mlx5_2/ports/1/link_layer").unlink()
+    r = run_links(h100)
+    assert r.status == "pass", r.reason
+    port = next(p for p in r.details["parts"]["infiniband"]["ports"] if p["port"] == "mlx5_2/1")
+    assert port["link_layer"] == "InfiniBand"
+
+
+def test_pcie_width_zero_is_a_problem_not_unknown(h100: Path) -> None:
+    """A link that is down reads ``current_link_width`` 0 and ``current_link_speed`` Unknown:
+    ``x0 < x16``, a failure (it was a warning "status unknown" before)."""
+    put(h100, "bus/pci/devices/0000:3c:00.0/current_link_width", "0")
+    put(h100, "bus/pci/devices/0000:3c:00.0/current_link_speed", "Unknown")
+    r = run_links(h100)
+    assert r.status == "fail" and "0000:3c:00.0 PCIe x0 < x16" in r.reason and "unknown" not in r.reason
+    width = next(m for m in r.measurements if m.name == "pcie_width" and m.device == "0000:3c:00.0")
+    assert (width.value, width.threshold) == (0, 16)
+    assert not [m for m in r.measurements if m.name == "pcie_generation" and m.device == "0000:3c:00.0"]
+
+
+def test_physical_interface_is_the_device_link(h100: Path) -> None:
+    """A NIC renamed ``veth_uplink`` (a udev rule) has a device link: physical, checked."""
+    (h100 / "class/net/eno1").rename(h100 / "class/net/veth_uplink")
+    r = run_links(h100)
+    eth = r.details["parts"]["ethernet"]
+    assert "veth_uplink" in eth["physical"] and "veth_uplink" in {i["name"] for i in eth["interfaces"]}
+    assert "veth1a2b3c4" not in eth["physical"]  # no device link
 
 
 # ---- other real shapes ------------------------------------------------------------------------------

@@ -159,6 +159,18 @@ def test_links_action_none_changes_nothing(sim, tmp_path: Path) -> None:
     assert "reset_required" not in with_none["details"]
 
 
+def test_links_a_lost_gpu_fails_the_nvlink_part(sim, tmp_path: Path) -> None:
+    """NVML_ERROR_GPU_IS_LOST is the driver reporting a fault: the nvlink part fails naming it,
+    it is never skipped as "NVML unavailable"."""
+    st = state(tmp_path, {2: {"lost": 1}})
+    code, r, _ = run_links(sim["current"], st, tmp_path)
+    assert code == exitcodes.UNHEALTHY and r["status"] == "fail"
+    nvlink = r["details"]["parts"]["nvlink"]
+    assert nvlink["status"] == "fail"
+    assert "NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST" in nvlink["reason"]
+    assert "NVML reports a GPU lost" in r["reason"]
+
+
 def test_links_other_faults_still_fail_when_the_action_is_none(sim, tmp_path: Path) -> None:
     st = state(tmp_path, {3: {"nvlink_down": [5, 17]}})
     code, r, _ = run_links(sim["current"], st, tmp_path)

@@ -10,7 +10,8 @@ import pytest
 
 from nodewarden import events as ev
 from nodewarden.collectors import edac
-from nodewarden.collectors.edac import Controller, Csrow, Dimm, EdacCollector
+from nodewarden.collectors.edac import EdacCollector
+from nodewarden.sysfs.edac import Channel, Controller, Csrow, Dimm
 from sysfs_trees import FIXTURES, copy_tree, put
 
 SBRIDGE, CSROW = "edac-sbridge-dimm", "edac-amd-csrow"
@@ -29,21 +30,21 @@ def series(snap, name: str) -> dict[tuple[str, str], float]:
     # Per-DIMM layout; an empty label falls back to the object's name; the legacy csrow view
     # beside it counts the same errors and is ignored.
     (Controller("mc0", ce=3, ue=1, ce_noinfo=1, ue_noinfo=0,
-                dimms=[Dimm("dimm0", "CPU_SrcID#0_Ha#0_Chan#0_DIMM#0", None, 0, 0),
-                       Dimm("dimm3", None, "channel 1 slot 0", 2, 1)],
-                csrows=[Csrow("csrow0", 2, 1, [(1, "x", 2)])]),
+                dimms=(Dimm("dimm0", "CPU_SrcID#0_Ha#0_Chan#0_DIMM#0", None, 0, 0),
+                       Dimm("dimm3", None, "channel 1 slot 0", 2, 1)),
+                csrows=(Csrow("csrow0", 2, 1, (Channel(1, "x", 2),)),)),
      {("CPU_SrcID#0_Ha#0_Chan#0_DIMM#0", "corrected"): 0, ("CPU_SrcID#0_Ha#0_Chan#0_DIMM#0", "uncorrected"): 0,
       ("dimm3", "corrected"): 2, ("dimm3", "uncorrected"): 1,
       ("unknown", "corrected"): 1, ("unknown", "uncorrected"): 0}),
     # Chip-select based drivers name the objects rank<K>.
-    (Controller("mc0", dimms=[Dimm("rank2", "", None, 5, None)]), {("rank2", "corrected"): 5}),
+    (Controller("mc0", dimms=(Dimm("rank2", "", None, 5, None),)), {("rank2", "corrected"): 5}),
     # Two DIMMs with one label (a BIOS that labels by slot pair): summed.
-    (Controller("mc0", dimms=[Dimm("dimm0", "A1", None, 1, 0), Dimm("dimm1", "A1", None, 2, 0)]),
+    (Controller("mc0", dimms=(Dimm("dimm0", "A1", None, 1, 0), Dimm("dimm1", "A1", None, 2, 0))),
      {("A1", "corrected"): 3, ("A1", "uncorrected"): 0}),
     # Legacy layout: CE per channel, UE per row; CEs without a channel are the row's.
     (Controller("mc0", ce=7, ue=1, ce_noinfo=0, ue_noinfo=0,
-                csrows=[Csrow("csrow2", 7, 1, [(0, "mc#0csrow#2channel#0", 2), (1, None, 3)]),
-                        Csrow("csrow3", 0, 0, [])]),
+                csrows=(Csrow("csrow2", 7, 1, (Channel(0, "mc#0csrow#2channel#0", 2), Channel(1, None, 3))),
+                        Csrow("csrow3", 0, 0, ()))),
      {("mc#0csrow#2channel#0", "corrected"): 2, ("csrow2_ch1", "corrected"): 3, ("csrow2", "corrected"): 2,
       ("csrow2", "uncorrected"): 1, ("csrow3", "corrected"): 0, ("csrow3", "uncorrected"): 0,
       ("unknown", "corrected"): 0, ("unknown", "uncorrected"): 0}),

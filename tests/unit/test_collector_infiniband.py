@@ -11,8 +11,8 @@ import pytest
 
 from nodewarden import events as ev
 from nodewarden.collectors import infiniband as ib
-from nodewarden.sysfs.attrs import parse_counter
 from nodewarden.collectors.infiniband import InfinibandCollector
+from nodewarden.sysfs.infiniband import Port
 from sysfs_trees import FIXTURES, copy_tree, put
 
 T0 = 1_800_000_000.0
@@ -39,19 +39,7 @@ class Clock:
         return self.t
 
 
-# ---- pure parsers: kernel ABI strings and IBA counter widths ----------------------------------
-
-@pytest.mark.parametrize("text, want", [
-    ("14", 14),
-    ("2489603687", 2489603687),           # Y-003 port_xmit_wait
-    ("N/A (no PMA)", None),               # Y-005 i40iw
-    ("", None),
-    ("-1", None),
-    (None, None),
-])
-def test_parse_counter(text, want):
-    assert parse_counter(text) == want
-
+# ---- pure: IBA counter widths and units (the file value forms: test_sysfs_infiniband.py) --------
 
 @pytest.mark.parametrize("counter, extended, top", [
     ("link_downed", False, 255),                     # Y-003 mlx5_1: 255 is saturated
@@ -77,17 +65,13 @@ def test_saturation_max(counter, extended, top):
     assert ib.saturation_max(counter, extended) == top
 
 
-def test_counter_names_and_rates():
-    assert ib.counter_name("port_rcv_contraint_errors") == "port_rcv_constraint_errors"  # ABI doc (sic)
-    assert ib.counter_name("SwLinkUp,32") == "SwLinkUp,32"
+def test_counter_sets_and_rates():
     assert ib.extended_counters(["port_xmit_data", "unicast_xmit_packets"])
     assert not ib.extended_counters(["port_xmit_data", "port_rcv_data"])
     assert ib.rate_bytes_per_second("400 Gb/sec (4X NDR)") == 50e9
     assert ib.rate_bytes_per_second("200 Gb/sec (2X NDR)") == 25e9
     assert ib.rate_bytes_per_second("2.5 Gb/sec (1X SDR)") == 312.5e6
     assert ib.rate_bytes_per_second("garbage") is None
-    assert ib.is_active(4, 5) and ib.is_active(4, None)
-    assert not ib.is_active(4, 2) and not ib.is_active(1, 5) and not ib.is_active(None, 5)
 
 
 # ---- fixture trees as captured ---------------------------------------------------------------
@@ -126,7 +110,10 @@ def test_h100_values():
     assert all(s.help for s in snap.samples)
     assert snap.events == []
     readings = {r.key: r for r in c.ports()}
-    assert readings["mlx5_1/1"] == ib.PortReading("mlx5_1", 1, 4, 5, 255, "InfiniBand", "ACTIVE", "LinkUp", None)
+    r = readings["mlx5_1/1"]
+    assert isinstance(r, Port) and (r.device, r.port, r.state, r.phys_state, r.link_downed, r.link_layer,
+                                    r.state_name, r.phys_state_name, r.netdev, r.active) == (
+        "mlx5_1", 1, 4, 5, 255, "InfiniBand", "ACTIVE", "LinkUp", None, True)
     assert readings["mlx5_bond_0/1"].netdev == "bond0" and readings["mlx5_bond_0/1"].active
 
 
@@ -279,3 +266,44 @@ def test_unreadable_state_is_not_a_transition(tmp_path: Path):
     snap = c.collect()
     assert snap.events == []
     assert ("nodewarden_ib_port_state", port("mlx5_7")) not in values(snap)
+
+
+# ---- the shared read rules (nodewarden.sysfs.infiniband), as exported -----------------------------
+
+def test_missing_link_layer_is_labelled_infiniband(tmp_path: Path):
+    """Divergence: a port without ``link_layer`` was ``InfiniBand`` in the links report and
+    ``link_layer=""`` on /metrics; the label is now InfiniBand too."""
+    root = copy_tree("cx3-fdr", tmp_path)
+    (root / "class/infiniband/mlx4_0/ports/2/link_layer").unlink()
+    snap = InfinibandCollector(root).collect()
+    info = [dict(s.labels) for s in snap.samples if s.name == "nodewarden_ib_port_info"]
+    assert [i["link_layer"] for i in info if i["port"] == "2"] == ["InfiniBand"]
+    assert values(snap)[("nodewarden_collector_unreadable_files", (("collector", "infiniband"),))] == 0
+
+
+def test_text_only_active_state_is_up(tmp_path: Path):
+    """Divergence: a ``state`` of ``ACTIVE`` without its number was down for the collector (and
+    the flash-cut detector) and up for the links check; it is up, and leaving it is a link down."""
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    rel = "class/infiniband/mlx5_3/ports/1"
+    put(root, f"{rel}/state", "ACTIVE")
+    c = InfinibandCollector(root, clock=Clock())
+    snap = c.collect()
+    assert ("nodewarden_ib_port_state", port("mlx5_3")) not in values(snap)  # no number to export
+    assert {r.key: r.active for r in c.ports()}["mlx5_3/1"] is True
+    put(root, f"{rel}/state", "DOWN")
+    (e,) = c.collect().events
+    assert (e.kind, e.device, e.attrs["previous_state"], e.attrs["state"]) == (
+        ev.IB_LINK_DOWN, "mlx5_3/1", "ACTIVE", "DOWN")
+
+
+def test_active_port_with_unreadable_phys_state_stays_up(tmp_path: Path):
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    c = InfinibandCollector(root, clock=Clock())
+    c.collect()
+    phys = root / "class/infiniband/mlx5_4/ports/1/phys_state"
+    phys.unlink()
+    phys.mkdir()
+    snap = c.collect()
+    assert snap.events == [] and {r.key: r.active for r in c.ports()}["mlx5_4/1"] is True
+    assert values(snap)[("nodewarden_collector_unreadable_files", (("collector", "infiniband"),))] == 1

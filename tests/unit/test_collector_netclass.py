@@ -10,7 +10,8 @@ import pytest
 
 from nodewarden import events as ev
 from nodewarden.collectors import netclass
-from nodewarden.collectors.netclass import NetclassCollector, NetReading
+from nodewarden.collectors.netclass import NetclassCollector
+from nodewarden.sysfs.net import Netdev
 from sysfs_trees import FIXTURES, copy_tree, put
 
 T0 = 1_800_000_000.0
@@ -35,11 +36,6 @@ class Clock:
 ])
 def test_link_up(operstate, carrier, up):
     assert netclass.link_up(operstate, carrier) is up
-
-
-@pytest.mark.parametrize("text, want", [("100000", 100000), ("-1", None), ("0", None), (None, None), ("x", None)])
-def test_parse_speed(text, want):
-    assert netclass.parse_speed(text) == want
 
 
 def test_h100_physical_interfaces():
@@ -133,11 +129,27 @@ def test_bad_files_fail_alone(tmp_path: Path):
     assert [s.value for s in snap.samples if s.name == "nodewarden_collector_unreadable_files"] == [1]
 
 
+def reading(operstate: str, carrier: int, carrier_changes: int, speed: int | None) -> Netdev:
+    return Netdev("eth9", operstate, carrier, speed, 1, carrier_changes=carrier_changes, device=True)
+
+
 def test_link_events_pure():
-    a = NetReading("eth9", "up", 1, 10, 100000)
+    a = reading("up", 1, 10, 100000)
     assert netclass.link_events(None, a, T0) == []
     assert netclass.link_events(a, a, T0) == []
-    b = NetReading("eth9", "up", 1, 12, 100000)
+    b = reading("up", 1, 12, 100000)
     assert [e.kind for e in netclass.link_events(a, b, T0, since=T0 - 5)] == [ev.NET_LINK_DOWN, ev.NET_LINK_UP]
-    c = NetReading("eth9", "down", 0, 15, None)
+    c = reading("down", 0, 15, None)
     assert [e.kind for e in netclass.link_events(b, c, T0)] == [ev.NET_LINK_DOWN]
+
+
+def test_physical_is_the_device_link_not_the_name(tmp_path: Path):
+    """Divergence: the collector dropped interfaces named lo*/veth*/docker* even with a device
+    link, the links check did not; the one rule (nodewarden.sysfs.net.is_physical) is the
+    device link, so a NIC renamed ``veth_uplink`` is exported, and a bridge or a device-less
+    veth is not."""
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    (root / "class/net/eno1").rename(root / "class/net/veth_uplink")
+    up = by_device(NetclassCollector(root).collect(), "nodewarden_net_up")
+    assert up["veth_uplink"] == 1 and "eno1" not in up
+    assert not {"veth1a2b3c4", "docker0", "lo", "bond0"} & set(up)

@@ -23,28 +23,32 @@ if str(ROOT) not in sys.path:  # `pytest` run as a script does not put the check
 
 from nodewarden.collectors import nvml  # noqa: E402
 from nodewarden.collectors.base import Snapshot  # noqa: E402
+from nodewarden.nvml import CLOCK_EVENT_REASONS  # noqa: E402
 from tests import nvmlsim  # noqa: E402
 
-# The child: one NvmlCollector kept across polls (events compare a poll with the previous one).
-# "poll" prints the snapshot as one JSON line; "poll-in-background" starts a poll in a thread and
-# prints nothing (the hung-driver test); a poll that raises prints {"error": ...}.
+# The child: one NvmlCollector kept across polls (events compare a poll with the previous one),
+# its NVML timeout 2 s. "poll" prints the snapshot as one JSON line, with the seconds it took; a
+# poll that raises prints {"error": ..., "seconds": ...}; "close" prints the seconds close() took.
 DRIVER = r"""
-import json, sys, threading
+import json, sys, time
 from nodewarden.collectors.nvml import NvmlCollector
-c = NvmlCollector(hostname="node07")
+c = NvmlCollector(hostname="node07", timeout_s=2.0)
 def poll():
+    t0 = time.monotonic()
     try:
         s = c.collect()
     except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": f"{type(e).__name__}: {e}", "seconds": time.monotonic() - t0}
     return {"samples": [[x.name, dict(x.labels), x.value, x.kind] for x in s.samples],
-            "events": [e.to_dict() for e in s.events]}
+            "events": [e.to_dict() for e in s.events], "seconds": time.monotonic() - t0}
 for line in sys.stdin:
     cmd = line.strip()
     if cmd == "poll":
         print(json.dumps(poll()), flush=True)
-    elif cmd == "poll-in-background":
-        threading.Thread(target=poll, daemon=True).start()
+    elif cmd == "close":
+        t0 = time.monotonic()
+        c.close()
+        print(json.dumps({"seconds": time.monotonic() - t0}), flush=True)
 """
 
 H100_NAME = "NVIDIA H100 80GB HBM3"
@@ -166,7 +170,8 @@ def test_first_poll_reads_every_series_from_the_state(libdir: Path, tmp_path: Pa
     reasons = {lab["reason"]: v for n, lab, v, _ in s.samples
                if n == "nodewarden_gpu_clocks_event_reasons" and lab["gpu"] == "1"}
     assert reasons == {"gpu_idle": 0, "applications_clocks_setting": 0, "sw_power_cap": 0, "hw_slowdown": 1,
-                       "sync_boost": 0, "sw_thermal": 0, "hw_thermal": 1, "hw_power_brake": 0, "display_clock": 0}
+                       "sync_boost": 0, "sw_thermal_slowdown": 0, "hw_thermal_slowdown": 1,
+                       "hw_power_brake_slowdown": 0, "display_clock_setting": 0}
     assert s.get("clocks_event_reasons", gpu="0", reason="gpu_idle") == 1
     assert [s.get("nvlink_state", gpu="2", link=str(k)) for k in range(18)] == [0 if k in (5, 17) else 1 for k in range(18)]
     assert {t: s.get("nvlink_errors_total", gpu="2", link="5", type=t) for t in ("crc_flit", "crc_data", "replay", "recovery")} \
@@ -282,20 +287,32 @@ def test_old_driver_clock_reasons_through_throttle_reasons(tmp_path: Path) -> No
     assert s.get("clocks_event_reasons", gpu="0", reason="gpu_idle") == 0
 
 
-def test_hung_driver_blocks_the_poll(poller) -> None:
-    """A driver that hangs blocks collect() (the agent's worker thread and timeout isolate it);
-    a poll started meanwhile fails at once instead of queueing behind the driver."""
+def test_hung_driver_times_out_the_poll_and_the_next_fails_at_once(poller) -> None:
+    """A driver that hangs: collect() raises NvmlTimeout after the collector's 2 s (its thread is
+    left in the driver); the next poll, while that call is still blocked, raises at once instead
+    of queueing another thread behind the driver; once the driver answers, polls work again and
+    the first one after the hang compares with the last poll that returned in time."""
     p, state = poller
     assert p.poll().get("lost", gpu="2") == 0
-    nvmlsim.update_gpu(state, 2, {"hang_seconds": 60})
-    p.send("poll-in-background")
-    t0 = time.monotonic()
-    assert p.answer(1.0) is None  # blocked in the simulated driver
-    assert time.monotonic() - t0 >= 0.9 and p.proc.poll() is None
+    nvmlsim.update_gpu(state, 2, {"hang_seconds": 4})
+    nvmlsim.update_gpu(state, 3, {"ecc": {"corrected": {"volatile": 2, "aggregate": 2}}})
     p.send("poll")
-    busy = p.answer(10)
-    assert busy is not None and "still blocked" in busy["error"]
-    p.proc.kill()
+    hung = p.answer(10)
+    assert hung is not None and hung["error"].startswith("NvmlTimeout: NVML did not answer within 2 s")
+    assert 1.9 <= hung["seconds"] < 3.5
+    p.send("poll")
+    again = p.answer(10)
+    assert again is not None and again["seconds"] < 0.5
+    assert again["error"].startswith("NvmlTimeout: NVML did not answer: nvml collector poll has been blocked")
+    p.send("close")  # the agent stopping meanwhile: nvmlShutdown is not waited for behind the driver
+    closed = p.answer(10)
+    assert closed is not None and closed["seconds"] < 0.5
+    nvmlsim.update_gpu(state, 2, {"hang_seconds": 0})
+    time.sleep(4.5)  # the blocked call returns (the simulator's 4 s hang) and is forgotten
+    s = p.poll()
+    assert s.get("lost", gpu="2") == 0 and s.get("ecc_errors_total", gpu="3", type="corrected", scope="volatile") == 2
+    # the ECC rise happened during the timed-out poll: its reads were not committed, this poll has the event
+    assert [(e["kind"], e["attrs"]["gpu"], e["attrs"]["delta"]) for e in s.events] == [("gpu_ecc", 3, 2)]
 
 
 # ---- pure: readings -> samples and events ---------------------------------------------------------
@@ -376,9 +393,10 @@ def test_samples_leave_out_what_nvml_did_not_give() -> None:
     nvml.samples(reading(ecc={(C, "volatile"): 1}, pcie_replays=4, clocks_event_reasons=0x80,
                          power_milliwatts=700_000), snap)
     got = {(s.name.removeprefix("nodewarden_gpu_"), s.labels[1:]): s.value for s in snap.samples}
-    assert got.pop(("clocks_event_reasons", (("reason", "hw_power_brake"),))) == 1
+    assert got.pop(("clocks_event_reasons", (("reason", "hw_power_brake_slowdown"),))) == 1
     assert {k: v for k, v in got.items() if k[0] == "clocks_event_reasons"} == \
-        {("clocks_event_reasons", (("reason", r),)): 0 for r in nvml.CLOCK_EVENT_REASONS.values() if r != "hw_power_brake"}
+        {("clocks_event_reasons", (("reason", r.name),)): 0 for r in CLOCK_EVENT_REASONS.values()
+         if r.name != "hw_power_brake_slowdown"}
     got = {k: v for k, v in got.items() if k[0] != "clocks_event_reasons"}
     assert got == {
         ("info", (("uuid", "GPU-3"), ("pci_bus_id", "0000:5d:00.0"), ("name", H100_NAME), ("minor", "3"))): 1,

@@ -30,15 +30,15 @@ from nodewarden.collectors import nvml  # noqa: E402
 from nodewarden.collectors.base import Snapshot  # noqa: E402
 from tests import nvmlsim  # noqa: E402
 
-# The child: one NvmlCollector kept across polls, on a clock the test sets ("advance S"), logging
+# The child: one NvmlCollector kept across polls (NVML timeout 2 s), on a clock the test sets ("advance S"), logging
 # at INFO to stderr (read at the end: what was recorded, how often). "agent-poll" runs one poll
 # of the agent's own Poller (a worker thread with a 1 s timeout) around the same collector.
 DRIVER = r"""
-import json, logging, sys, threading, time
+import json, logging, sys, time
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
 from nodewarden.collectors.nvml import NvmlCollector
 now = [1_800_000_000.0]
-c = NvmlCollector(hostname="node07", clock=lambda: now[0])
+c = NvmlCollector(hostname="node07", clock=lambda: now[0], timeout_s=2.0)
 agent = []
 def dump(s):
     return {"samples": [[x.name, dict(x.labels), x.value, x.kind] for x in s.samples],
@@ -62,8 +62,6 @@ for line in sys.stdin:
     cmd = line.split()
     if cmd[0] == "poll":
         print(json.dumps(poll()), flush=True)
-    elif cmd[0] == "poll-in-background":
-        threading.Thread(target=poll, daemon=True).start()
     elif cmd[0] == "advance":
         now[0] += float(cmd[1])
         print(json.dumps({"now": now[0]}), flush=True)
@@ -183,7 +181,7 @@ def test_a_pynvml_without_field_values_is_a_driver_without_the_field() -> None:
         class NVMLError(Exception):
             value = 999
 
-    got = fields.read_recovery_action(OldBinding, object())
+    got = fields.read_recovery_action(fields.Session(OldBinding), object())
     assert got == (None, fields.NVML_ERROR_FUNCTION_NOT_FOUND) and fields.driver_lacks_field(got.ret)
     assert [r for r in range(20) if fields.driver_lacks_field(r)] == [2, 3, 13]
 
@@ -389,17 +387,23 @@ def test_old_driver_has_no_field(tmp_path: Path) -> None:
         c.close()
 
 
-def test_a_hung_field_read_blocks_only_its_poll(child) -> None:
-    """nvmlDeviceGetFieldValues hangs on GPU 1 (the simulator's per-call hang): the poll blocks in
-    the driver; a poll started meanwhile fails at once ("still blocked") instead of queueing."""
+def test_a_hung_field_read_times_out_only_its_poll(child) -> None:
+    """nvmlDeviceGetFieldValues hangs on GPU 1 (the simulator's per-call hang): the poll raises
+    NvmlTimeout after the collector's 2 s; a poll started meanwhile fails at once (the field read
+    is still blocked in the driver) instead of queueing another thread behind it."""
     c, state = child
     assert c.poll().actions("1") == one_hot("none")
     nvmlsim.update_gpu(state, 1, {"hang_in": {"nvmlDeviceGetFieldValues": 60}})
-    c.send("poll-in-background")
-    assert c.answer(1.0) is None
+    t0 = time.monotonic()
+    c.send("poll")
+    hung = c.answer(10)
+    assert hung is not None and hung["error"].startswith("NvmlTimeout: NVML did not answer within 2 s")
+    assert 1.9 <= time.monotonic() - t0 < 4
+    t0 = time.monotonic()
     c.send("poll")
     busy = c.answer(10)
-    assert busy is not None and "still blocked" in busy["error"]
+    assert busy is not None and "nvml collector poll has been blocked in the driver" in busy["error"]
+    assert time.monotonic() - t0 < 0.5
 
 
 def test_a_hung_field_read_never_blocks_the_agent(child) -> None:

@@ -1,17 +1,17 @@
 """The pcie collector on the H100 tree with AER statistics (tests/fixtures/sysfs/h100-hgx-ndr-aer,
 see PROVENANCE.md), on the other captured trees, on copies whose links downtrain and whose AER
-counters rise or break, and on this machine's own /sys (virtio only: an empty snapshot)."""
+counters rise or break, and on this machine's own /sys (virtio only: an empty snapshot). The
+aer_stats and link file value forms are tested with their reader (test_sysfs_pci.py)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from nodewarden.collectors import pcie
 from nodewarden.collectors.pcie import PcieCollector
-from sysfs_trees import FIXTURES, copy_tree
+from sysfs_trees import FIXTURES, add_mlx5_vf, break_aer_files, copy_tree
 
 AER = "h100-hgx-ndr-aer"
 GPUS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0", "0000:9b:00.0", "0000:ab:00.0",
@@ -34,34 +34,6 @@ def aer(snap, bdf: str) -> dict[tuple[str, str], float]:
 def link(snap, bdf: str) -> dict[tuple[str, str], float]:
     return {(s.name.rsplit("_", 1)[1], dict(s.labels)["which"]): s.value for s in snap.samples
             if s.name.startswith("nodewarden_pcie_link_") and dict(s.labels)["pci_bus_id"] == bdf}
-
-
-# ---- pure: the aer_stats format ---------------------------------------------------------------
-
-COR_NOW = "RxErr 0\nBadTLP 3\nBadDLLP 0\nRollover 0\nTimeout 1\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 3\n"
-# The ABI document's sample output (kernels 4.19-5.x printed the long names).
-COR_OLD = ("Receiver Error 2\nBad TLP 0\nBad DLLP 0\nRELAY_NUM Rollover 0\nReplay Timer Timeout 0\n"
-           "Advisory Non-Fatal 0\nCorrected Internal Error 0\nHeader Log Overflow 0\nTOTAL_ERR_COR 2\n")
-FATAL_OLD = "Undefined 0\nData Link Protocol 0\nSurprise Down Error 1\nCompletion Timeout 4\nTOTAL_ERR_FATAL 1\n"
-
-
-@pytest.mark.parametrize("text, want, bad, total", [
-    (COR_NOW, {"RxErr": 0, "BadTLP": 3, "BadDLLP": 0, "Rollover": 0, "Timeout": 1, "NonFatalErr": 0,
-               "CorrIntErr": 0, "HeaderOF": 0}, 0, 3),
-    (COR_OLD, {"RxErr": 2, "BadTLP": 0, "BadDLLP": 0, "Rollover": 0, "Timeout": 0, "NonFatalErr": 0,
-               "CorrIntErr": 0, "HeaderOF": 0}, 0, 2),
-    (FATAL_OLD, {"Undefined": 0, "DLP": 0, "SDES": 1, "CmpltTO": 4}, 0, 1),
-    ("TOTAL_ERR_NONFATAL 0\n", {}, 0, 0),
-    ("RxErr 1\nnot a line\nBadTLP\n\n", {"RxErr": 1}, 2, None),
-    ("", {}, 0, None),
-])
-def test_parse_aer(text, want, bad, total):
-    assert pcie.parse_aer(text) == (want, bad, total)
-
-
-@pytest.mark.parametrize("text, want", [("16", 16), ("x8", 8), ("0", 0), (None, None), ("garbage", None)])
-def test_link_width(text, want):
-    assert pcie.link_width(text) == want
 
 
 # ---- fixture trees ---------------------------------------------------------------------------
@@ -140,18 +112,8 @@ def test_downtrained_link_and_rising_counters(tmp_path: Path):
 
 def test_bad_files_and_vfs(tmp_path: Path):
     root = copy_tree(AER, tmp_path)
-    gpu = root / "bus/pci/devices/0000:ba:00.0"
-    f = gpu / "aer_dev_nonfatal"
-    os.unlink(os.path.realpath(f))
-    os.mkdir(os.path.realpath(f))                          # read error
-    (gpu / "aer_dev_fatal").write_text("DLP 0\nbroken\nTOTAL_ERR_FATAL 0\n")  # one bad line
-    # An SR-IOV VF of mlx5_0's function: left out.
-    vf = root / "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:02.0/0000:1a:00.2"
-    vf.mkdir()
-    for k, v in (("vendor", "0x15b3"), ("device", "0x101e"), ("class", "0x020700")):
-        (vf / k).write_text(v + "\n")
-    os.symlink("../0000:1a:00.0", vf / "physfn")
-    os.symlink(os.path.relpath(vf, root / "bus/pci/devices"), root / "bus/pci/devices/0000:1a:00.2")
+    break_aer_files(root, "0000:ba:00.0")  # nonfatal unreadable, fatal with one bad line
+    add_mlx5_vf(root)  # an SR-IOV VF of mlx5_0's function: left out
     snap = PcieCollector(root).collect()
     got = aer(snap, "0000:ba:00.0")
     assert not [k for k in got if k[0] == "nonfatal"]

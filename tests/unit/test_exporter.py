@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodewarden import __version__
 from nodewarden.agent import exporter as ex
-from nodewarden.agent.exporter import Counters, GpuMinors, increments, make_registry
+from nodewarden.agent.exporter import Counters, increments, make_registry
+from nodewarden.nvml import GpuMinors
 from nodewarden.parsing.stream import KernelLogParser
 
 # dmesg lines, one per fault family the agent counts (formats as in ../shared/reference/real_log_cases.md)

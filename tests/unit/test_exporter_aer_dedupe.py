@@ -29,6 +29,7 @@ from nodewarden.agent.poller import EventSink, Poller
 from nodewarden.collectors import pcie
 from nodewarden.collectors.pcie import PcieCollector
 from nodewarden.events import FaultEvent, iso_utc
+from nodewarden.sysfs import pci as sysfs_pci
 from sysfs_trees import copy_tree
 
 T0 = 1_795_000_000.0
@@ -148,9 +149,9 @@ def test_aer_rise(before, now, want) -> None:
 
 def test_parse_aer_total() -> None:
     text = "RxErr 0\nBadTLP 3\nTOTAL_ERR_COR 3\n"
-    assert pcie.parse_aer(text, "correctable")[2] == 3
-    assert pcie.parse_aer(text, "fatal")[2] is None
-    assert pcie.parse_aer("DLP 0\nTOTAL_ERR_NONFATAL 12\n", "nonfatal")[2] == 12
+    assert sysfs_pci.parse_aer(text, "correctable")[2] == 3
+    assert sysfs_pci.parse_aer(text, "fatal")[2] is None
+    assert sysfs_pci.parse_aer("DLP 0\nTOTAL_ERR_NONFATAL 12\n", "nonfatal")[2] == 12
 
 
 # ---- the reconciler, pure -------------------------------------------------------------------------

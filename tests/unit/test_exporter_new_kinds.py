@@ -19,8 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nodewarden import events as ev
 from nodewarden.agent import exporter as ex
-from nodewarden.agent.exporter import Counters, GpuMinors, increments, make_registry
+from nodewarden.agent.exporter import Counters, increments, make_registry
 from nodewarden.events import FaultEvent
+from nodewarden.nvml import GpuMinors
 
 SXID = "nodewarden_nvswitch_sxid_errors_total"
 AER = "nodewarden_pcie_aer_logged_errors_total"

@@ -19,7 +19,9 @@ from nodewarden.parsing.stream import KernelLogParser
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
 T0 = 1_800_000_000.0
 DEV, PORT = "mlx5_3", 1
-ACTIVE, LINKUP, DOWN, POLLING, INIT = 4, 5, 1, 2, 2
+# A poll's port, as its record's ``active`` says (nodewarden.sysfs.infiniband.port_active): up,
+# not up (DOWN/Polling, INIT/LinkUp: no subnet manager), or unreadable (not judged).
+UP, NOT_UP, UNREADABLE = True, False, None
 CUT, OUT = ev.IB_FLASH_CUT, IB_LINK_OUTAGE
 
 
@@ -34,7 +36,7 @@ def log_event(state: str, t: float | None, source: str = "kmsg") -> ev.FaultEven
 
 
 def run(steps, max_seconds: float = 60.0) -> tuple[list[ev.FaultEvent], FlashCutDetector]:
-    """Steps: ("log", "DOWN"|"ACTIVE"|"INIT", t[, now]) or ("poll", state, phys, link_downed, t);
+    """Steps: ("log", "DOWN"|"ACTIVE"|"INIT", t[, now]) or ("poll", active, link_downed, t);
     times in seconds after T0."""
     d = FlashCutDetector(max_seconds=max_seconds)
     out: list[ev.FaultEvent] = []
@@ -44,8 +46,8 @@ def run(steps, max_seconds: float = 60.0) -> tuple[list[ev.FaultEvent], FlashCut
             now = rest[0] if rest else (t if t is not None else 0.0)
             out += d.observe_event(log_event(state, t), T0 + now)
         else:
-            _, state, phys, link_downed, t = step
-            out += d.observe_port(DEV, PORT, state, phys, link_downed, T0 + t)
+            _, active, link_downed, t = step
+            out += d.observe_port(DEV, PORT, active, link_downed, T0 + t)
     return out, d
 
 
@@ -62,49 +64,49 @@ CASES = {
         [("log", "DOWN", 100), ("log", "ACTIVE", 175)],
         [(OUT, 75.0, "log")]),
     "poll down/up 5 s apart: a cut": (
-        [("poll", ACTIVE, LINKUP, 0, 0), ("poll", DOWN, POLLING, 1, 10), ("poll", ACTIVE, LINKUP, 1, 15)],
+        [("poll", UP, 0, 0), ("poll", NOT_UP, 1, 10), ("poll", UP, 1, 15)],
         [(CUT, 5.0, "poll")]),
     "poll down 75 s: an outage": (
-        [("poll", ACTIVE, LINKUP, 0, 0), ("poll", DOWN, POLLING, 1, 10), ("poll", DOWN, POLLING, 1, 40),
-         ("poll", INIT, LINKUP, 1, 70), ("poll", ACTIVE, LINKUP, 1, 85)],
+        [("poll", UP, 0, 0), ("poll", NOT_UP, 1, 10), ("poll", NOT_UP, 1, 40),
+         ("poll", NOT_UP, 1, 70), ("poll", UP, 1, 85)],
         [(OUT, 75.0, "poll")]),
     "link_downed 3 -> 5 between two ACTIVE polls: two cuts": (
-        [("poll", ACTIVE, LINKUP, 3, 0), ("poll", ACTIVE, LINKUP, 5, 10)],
+        [("poll", UP, 3, 0), ("poll", UP, 5, 10)],
         [(CUT, None, "link_downed"), (CUT, None, "link_downed")]),
     "log down/up, the polls miss it but link_downed rises: one cut": (
-        [("poll", ACTIVE, LINKUP, 0, 100), ("log", "DOWN", 103), ("log", "ACTIVE", 104),
-         ("poll", ACTIVE, LINKUP, 1, 110)],
+        [("poll", UP, 0, 100), ("log", "DOWN", 103), ("log", "ACTIVE", 104),
+         ("poll", UP, 1, 110)],
         [(CUT, 1.0, "log")]),
     "log and poll both see it: one cut": (
-        [("poll", ACTIVE, LINKUP, 0, 100), ("log", "DOWN", 101), ("poll", DOWN, POLLING, 1, 102),
-         ("log", "ACTIVE", 104), ("poll", ACTIVE, LINKUP, 1, 110)],
+        [("poll", UP, 0, 100), ("log", "DOWN", 101), ("poll", NOT_UP, 1, 102),
+         ("log", "ACTIVE", 104), ("poll", UP, 1, 110)],
         [(CUT, 3.0, "log")]),
     "poll first, log lines late: one cut": (
-        [("poll", ACTIVE, LINKUP, 0, 100), ("poll", DOWN, POLLING, 1, 102), ("poll", ACTIVE, LINKUP, 1, 110),
+        [("poll", UP, 0, 100), ("poll", NOT_UP, 1, 102), ("poll", UP, 1, 110),
          ("log", "DOWN", 101, 111), ("log", "ACTIVE", 104, 111)],
         [(CUT, 8.0, "poll")]),
     "poll closes a drop the log opened (its up line lost)": (
-        [("poll", ACTIVE, LINKUP, 0, 100), ("log", "DOWN", 101), ("poll", ACTIVE, LINKUP, 1, 110)],
+        [("poll", UP, 0, 100), ("log", "DOWN", 101), ("poll", UP, 1, 110)],
         [(CUT, 9.0, "log")]),
     "log saw one of two link_downed increments: the other is a cut too": (
-        [("poll", ACTIVE, LINKUP, 0, 100), ("log", "DOWN", 103), ("log", "ACTIVE", 104),
-         ("poll", ACTIVE, LINKUP, 2, 110)],
+        [("poll", UP, 0, 100), ("log", "DOWN", 103), ("log", "ACTIVE", 104),
+         ("poll", UP, 2, 110)],
         [(CUT, 1.0, "log"), (CUT, None, "link_downed")]),
     "link_downed cut, then the late log lines about it: one cut": (
-        [("poll", ACTIVE, LINKUP, 0, 100), ("poll", ACTIVE, LINKUP, 1, 110),
+        [("poll", UP, 0, 100), ("poll", UP, 1, 110),
          ("log", "DOWN", 105, 111), ("log", "ACTIVE", 106, 111)],
         [(CUT, None, "link_downed")]),
     "saturated link_downed 255 stays 255: nothing": (
-        [("poll", ACTIVE, LINKUP, 255, 0), ("poll", ACTIVE, LINKUP, 255, 10), ("poll", ACTIVE, LINKUP, 255, 20)],
+        [("poll", UP, 255, 0), ("poll", UP, 255, 10), ("poll", UP, 255, 20)],
         []),
     "link_downed reset 255 -> 0, then 0 -> 1: one cut": (
-        [("poll", ACTIVE, LINKUP, 255, 0), ("poll", ACTIVE, LINKUP, 0, 10), ("poll", ACTIVE, LINKUP, 1, 20)],
+        [("poll", UP, 255, 0), ("poll", UP, 0, 10), ("poll", UP, 1, 20)],
         [(CUT, None, "link_downed")]),
     "link_downed rises across a DOWN poll: counted by the state change only": (
-        [("poll", ACTIVE, LINKUP, 0, 0), ("poll", DOWN, POLLING, 1, 10), ("poll", ACTIVE, LINKUP, 2, 20)],
+        [("poll", UP, 0, 0), ("poll", NOT_UP, 1, 10), ("poll", UP, 2, 20)],
         [(CUT, 10.0, "poll")]),
     "first poll sees DOWN (agent start): never saw it leave ACTIVE": (
-        [("poll", DOWN, POLLING, 0, 0), ("poll", ACTIVE, LINKUP, 0, 10)],
+        [("poll", NOT_UP, 0, 0), ("poll", UP, 0, 10)],
         []),
     "INIT (no subnet manager) is not ACTIVE": (
         [("log", "INIT", 100), ("log", "ACTIVE", 102)],
@@ -113,13 +115,13 @@ CASES = {
         [("log", "DOWN", 100), ("log", "ACTIVE", 101), ("log", "DOWN", 200), ("log", "ACTIVE", 202.5)],
         [(CUT, 1.0, "log"), (CUT, 2.5, "log")]),
     "up without a down: nothing": (
-        [("log", "ACTIVE", 100), ("poll", ACTIVE, LINKUP, 0, 110)],
+        [("log", "ACTIVE", 100), ("poll", UP, 0, 110)],
         []),
     "a log event without a time uses the caller's clock": (
         [("log", "DOWN", None, 100), ("log", "ACTIVE", None, 104)],
         [(CUT, 4.0, "log")]),
     "unknown state is not judged": (
-        [("poll", ACTIVE, LINKUP, 0, 0), ("poll", None, None, None, 10), ("poll", ACTIVE, LINKUP, 0, 20)],
+        [("poll", UP, 0, 0), ("poll", UNREADABLE, None, 10), ("poll", UP, 0, 20)],
         []),
 }
 
@@ -154,9 +156,9 @@ def test_max_seconds_parameter():
 
 def test_counts_list_every_port_heard_of():
     d = FlashCutDetector()
-    d.observe_port("mlx5_0", 1, ACTIVE, LINKUP, 0, T0)
-    d.observe_port("mlx5_1", 1, ACTIVE, LINKUP, 255, T0)
-    d.observe_port("mlx5_1", 1, ACTIVE, LINKUP, 255, T0 + 10)
+    d.observe_port("mlx5_0", 1, UP, 0, T0)
+    d.observe_port("mlx5_1", 1, UP, 255, T0)
+    d.observe_port("mlx5_1", 1, UP, 255, T0 + 10)
     assert d.counts() == {("mlx5_0", 1): {"flash_cuts": 0, "outages": 0}, ("mlx5_1", 1): {"flash_cuts": 0, "outages": 0}}
 
 
@@ -231,7 +233,7 @@ def test_collector_readings_through_a_flap(tmp_path: Path):
         for e in snap.events:  # the collector's own transitions: the same drops, seen by the poll
             out.extend(d.observe_event(e, now))
         for r in c.ports():
-            out.extend(d.observe_port(r.device, r.port, r.state, r.phys_state, r.link_downed, now))
+            out.extend(d.observe_port(r.device, r.port, r.active, r.link_downed, now))
 
     poll(T0)
     port = root / "class/infiniband/mlx5_2/ports/1"
@@ -260,3 +262,23 @@ def test_collector_readings_through_a_flap(tmp_path: Path):
     assert counts[("mlx5_2", 1)] == {"flash_cuts": 1, "outages": 0}
     assert counts[("mlx5_1", 1)] == {"flash_cuts": 0, "outages": 0}
     assert len(counts) == 9
+
+
+def test_detector_takes_active_from_the_record(tmp_path: Path):
+    """Divergence: the detector had its own "active" rule (numbers only), so a port whose state
+    file prints ``ACTIVE`` without a number was never up for it; it now takes the record's
+    ``active`` (nodewarden.sysfs.infiniband.port_active), the links check's rule too."""
+    root = tmp_path / "sys"
+    shutil.copytree(FIXTURES / "h100-hgx-ndr", root, symlinks=True)
+    t = [T0]
+    c = InfinibandCollector(root, clock=lambda: t[0])
+    d = FlashCutDetector()
+    state = root / "class/infiniband/mlx5_5/ports/1/state"
+    out = []
+    for at, text in ((0, "ACTIVE"), (10, "DOWN"), (15, "ACTIVE")):
+        state.write_text(text + "\n")
+        t[0] = T0 + at
+        c.collect()
+        for r in c.ports():
+            out.extend(d.observe_port(r.device, r.port, r.active, r.link_downed, t[0]))
+    assert [(e.device, e.kind, e.attrs["duration_s"]) for e in out] == [("mlx5_5/1", ev.IB_FLASH_CUT, 5.0)]

@@ -18,7 +18,7 @@ from nodewarden.analysis import cluster
 from nodewarden.analysis import ingest as ingest_mod
 from nodewarden.analysis.ingest import ingest
 from nodewarden.analysis.simulate import simulate
-from nodewarden.collectors import kernel_log
+from nodewarden.logfiles import open_log, parallel
 
 from test_ingest_parallel import _run  # noqa: E402  (events as JSON lines, stats with errors)
 
@@ -73,11 +73,11 @@ def test_dask_parses_large_files_on_a_worker(fleet: Path, scheduler: str, tmp_pa
     node = sorted(p for p in fleet.iterdir() if p.is_dir())[3]
     with open(big / "node03.log", "wb") as out:
         for f in sorted(node.iterdir()):
-            with kernel_log.open_log(f) as src:
+            with open_log(f) as src:
                 out.write(src.read())
-    monkeypatch.setattr(kernel_log, "PARALLEL_MIN_BYTES", 64 << 10)
-    monkeypatch.setattr(kernel_log, "WARMUP", 16 << 10)
-    monkeypatch.setattr(kernel_log, "LOOKAHEAD", 16 << 10)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 64 << 10)
+    monkeypatch.setattr(parallel, "WARMUP", 16 << 10)
+    monkeypatch.setattr(parallel, "LOOKAHEAD", 16 << 10)
     paths = [str(big / "node03.log"), str(fleet / sorted(p.name for p in fleet.iterdir() if p.is_dir())[0])]
     local = _run(paths, jobs=2)
     assert _run(paths, scheduler=scheduler) == local
@@ -115,9 +115,7 @@ def test_unreachable_scheduler_is_a_usage_error(fleet: Path, monkeypatch: pytest
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(cluster, "CONNECT_TIMEOUT_S", 1.0)
     address = f"tcp://127.0.0.1:{_free_port()}"
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["analyze", str(fleet), "--no-cache", "--scheduler", address])
-    assert exc.value.code == exitcodes.USAGE
+    assert cli.main(["analyze", str(fleet), "--no-cache", "--scheduler", address]) == exitcodes.USAGE
     err = capsys.readouterr().err
     assert f"cannot reach the Dask scheduler at {address}" in err
 

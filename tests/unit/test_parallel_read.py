@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nodewarden.collectors import kernel_log as K
+from nodewarden.logfiles import LogFile, parallel, read
 
 MCE = [
     "mce: [Hardware Error]: Machine check events logged",
@@ -43,18 +43,18 @@ def _write(path: Path, n_groups: int, seed: int) -> None:
 def test_parallel_equals_sequential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     log = tmp_path / "kern.log"
     _write(log, 6000, seed)
-    f = K.LogFile(log, "node01")
-    monkeypatch.setattr(K, "PARALLEL_MIN_BYTES", 1 << 60)
-    sequential, seq_parser = K.read_file(f)
+    f = LogFile(log, "node01")
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1 << 60)
+    sequential, seq_parser = read.read_file(f)
     size = log.stat().st_size
     # Small ranges, warm-up and look-ahead: many boundaries fall inside multi-line records.
-    monkeypatch.setattr(K, "PARALLEL_MIN_BYTES", size // 4)
-    monkeypatch.setattr(K, "WARMUP", 4096)
-    monkeypatch.setattr(K, "LOOKAHEAD", 4096)
-    monkeypatch.setattr(K, "_CPUS", 4)
-    parallel, parser = K.read_file(f)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", size // 4)
+    monkeypatch.setattr(parallel, "WARMUP", 4096)
+    monkeypatch.setattr(parallel, "LOOKAHEAD", 4096)
+    monkeypatch.setattr(read, "_CPUS", 4)
+    in_ranges, parser = read.read_file(f)
     assert len(sequential) > 1000
-    assert [e.to_json() for e in parallel] == [e.to_json() for e in sequential]
+    assert [e.to_json() for e in in_ranges] == [e.to_json() for e in sequential]
     assert parser.stats.events == len(sequential)
     # each candidate record counted once, not again in a neighbour's warm-up or look-ahead
     assert parser.stats.records == seq_parser.stats.records

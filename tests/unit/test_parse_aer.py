@@ -439,7 +439,7 @@ def _view(e) -> tuple:
 
 
 def test_the_agent_path_and_the_file_path_give_the_same_events() -> None:
-    from nodewarden.collectors.kernel_log import events_from_bytes
+    from nodewarden.logfiles import events_from_bytes
 
     agent = KernelLogParser(source="kmsg")
     live = []

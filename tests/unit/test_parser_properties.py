@@ -21,12 +21,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nodewarden.collectors.kernel_log import compression, events_from_bytes, text_encoding, to_utf8
 from nodewarden.events import FaultEvent
+from nodewarden.logfiles import events_from_bytes
+from nodewarden.logfiles.compressed import compression
+from nodewarden.logfiles.encoding import text_encoding, to_utf8
 from nodewarden.parsing import edac, ib, mce, xid
 from nodewarden.parsing.envelope import (TimeContext, ascii_uint, epoch_time, parse_kmsg_record, parse_line)
 from nodewarden.parsing.lines import driver_message, split_lines
-from nodewarden.parsing.stream import KernelLogParser, records_from_lines
+from nodewarden.parsing.stream import KernelLogParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fuzz"))
 UTC = dt.timezone.utc

@@ -1,12 +1,17 @@
 """The polled collectors' isolation, with real threads and real collectors that hang, raise
-and recover, scraped over real HTTP; their events counted and journaled; the flash-cut
-detector fed from port polls and from the kernel log, its counts persisted."""
+and recover, scraped over real HTTP, and a hung one that does not hold the process's exit;
+their events counted and journaled; the flash-cut detector fed from port polls and from the
+kernel log, its counts persisted; what a collector declares (ports, AER candidates among its
+events) deciding what the agent does with it, never its name; the collectors built from the
+registry."""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -16,16 +21,19 @@ from typing import Any, Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from nodewarden import collectors as registry
 from nodewarden import events as ev
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import poller as pl
 from nodewarden.agent import state as st
+from nodewarden.agent.aer import AerReconciler
 from nodewarden.agent.exporter import Counters, make_registry
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller
 from nodewarden.agent.server import AgentHTTPServer
 from nodewarden.collectors.base import COUNTER, Snapshot
 from nodewarden.events import FaultEvent
+from nodewarden.parsing.flashcut import FlashCutDetector
 
 T0 = 1_795_000_000.0  # a fixed Unix time for the fake clocks
 
@@ -226,6 +234,96 @@ def test_polled_collectors_need_distinct_names() -> None:
         Poller([Steady(), Steady()], Counters())
 
 
+def test_a_late_return_is_taken_and_its_events_counted(tmp_path: Path) -> None:
+    """A call that overran its timeout is not abandoned for good: when it returns, its snapshot
+    is served and its events counted (a collector reports events since its previous call)."""
+    class Late(Slow):
+        name = "late"
+
+        def collect(self) -> Snapshot:
+            snap = super().collect()
+            snap.events.append(FaultEvent(kind=ev.CPU_ECC, message="mc0/A1: 1 corrected", raw="", source="sysfs",
+                                          device="mc0/A1"))
+            return snap
+
+    late = Late(hang_from=1)
+    counters = Counters()
+    sink, _ = sink_for(tmp_path, counters)
+    poller = Poller([late, Steady()], counters, sink, timeout=0.2)
+    try:
+        t0 = time.monotonic()
+        poller.poll()
+        assert time.monotonic() - t0 < 1.0  # the poll waited the timeout, not the call
+        assert counters.get(ex.SUCCESS, ("late",)) == 0 and counters.get(ex.SUCCESS, ("steady",)) == 1
+        assert poller.health()["late"]["running_for"] >= 0.2
+        poller.poll()
+        assert late.calls == 1  # not called again while hung
+        late.release.set()
+        wait_for("the late result", lambda: counters.get(ex.SUCCESS, ("late",)) == 1.0)
+        wait_for("its event", lambda: counters.get(ex.EVENTS, ("late", "cpu_ecc")) == 1)
+        assert [e["device"] for e in journal(tmp_path)] == ["mc0/A1"]
+        assert poller.health()["late"]["running_for"] is None
+    finally:
+        late.release.set()
+        poller.stop()
+
+
+EXIT_WITH_A_HUNG_CALL = """
+import threading, time
+from nodewarden.agent.exporter import Counters
+from nodewarden.agent.poller import Poller
+from nodewarden.collectors.base import Snapshot
+
+class Wedged:
+    name = "wedged"
+    def collect(self):
+        threading.Event().wait(60)  # an NVML call on a GPU that fell off the bus
+        return Snapshot()
+
+poller = Poller([Wedged()], Counters(), timeout=0.2)
+poller.poll()
+poller.stop(join_s=0.5)
+print("stopped", poller.health()["wedged"]["success"], flush=True)
+"""
+
+THREAD_POOL_WITH_A_HUNG_CALL = """
+import concurrent.futures, threading, time
+pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="collector-wedged")
+call = pool.submit(threading.Event().wait, 2.0)
+try:
+    call.result(timeout=0.2)
+except concurrent.futures.TimeoutError:
+    pass
+pool.shutdown(wait=False, cancel_futures=True)
+print("stopped", flush=True)
+"""
+
+
+def run_python(code: str) -> tuple[float, str]:
+    repo = Path(__file__).resolve().parents[2]
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}, check=True).stdout
+    return time.monotonic() - t0, out
+
+
+def test_a_hung_call_does_not_hold_the_process_exit() -> None:
+    """The agent stops on SIGTERM even while a collector is blocked in its driver: the worker
+    thread is a daemon thread, not waited for at exit."""
+    took, out = run_python(EXIT_WITH_A_HUNG_CALL)
+    assert out.split() == ["stopped", "False"]
+    assert took < 10  # the call blocks 60 s
+
+
+def test_a_thread_pool_executor_would_hold_the_exit_for_the_hung_call() -> None:
+    """Why the worker is not ``ThreadPoolExecutor(max_workers=1)``: the interpreter joins an
+    executor's threads at exit, so a stopped agent would wait for the hung call (here 2 s, on
+    a wedged driver minutes or forever), even after ``shutdown(wait=False)``."""
+    took, out = run_python(THREAD_POOL_WITH_A_HUNG_CALL)
+    assert out.split() == ["stopped"]
+    assert took >= 1.8
+
+
 # ---------------------------------------------------------------------------------------------
 # events
 
@@ -271,6 +369,7 @@ class Port:
                  netdev: str | None = None) -> None:
         self.device, self.port, self.state, self.phys_state = device, port, state, phys_state
         self.link_downed, self.link_layer, self.netdev = link_downed, "InfiniBand", netdev
+        self.active = state == 4 and phys_state == 5  # ACTIVE and LinkUp
 
 
 class FakeIb:
@@ -292,10 +391,9 @@ class FakeIb:
 
 
 def test_port_polls_feed_the_detector_and_its_counts_persist(tmp_path: Path) -> None:
-    flashcut = pytest.importorskip("nodewarden.parsing.flashcut")
     now = [T0]
     counters = Counters()
-    flash = FlashCuts(flashcut.FlashCutDetector(max_seconds=60), counters, clock=lambda: now[0], host="node01")
+    flash = FlashCuts(FlashCutDetector(max_seconds=60), counters, clock=lambda: now[0], host="node01")
     sink, _ = sink_for(tmp_path, counters, flash)
     # ACTIVE, DOWN (Polling), ACTIVE 10 s later: a flash cut; then DOWN for 5 min: an outage;
     # then a link_downed rise between two ACTIVE polls: another flash cut
@@ -316,11 +414,81 @@ def test_port_polls_feed_the_detector_and_its_counts_persist(tmp_path: Path) -> 
     restored = Counters()
     restored.load_json(st.load_state(tmp_path).counters)
     assert restored.get(ex.FLASH_CUTS, key) == 2 and restored.get(ex.OUTAGES, key) == 1
-    flash2 = FlashCuts(flashcut.FlashCutDetector(max_seconds=60), restored, clock=lambda: now[0])
+    flash2 = FlashCuts(FlashCutDetector(max_seconds=60), restored, clock=lambda: now[0])
     for s, ps in ((4, 5), (1, 2), (4, 5)):
         now[0] += 5
         flash2.observe_ports([Port("mlx5_0", 1, s, ps, 3)])
     assert restored.get(ex.FLASH_CUTS, key) == 3
+
+
+def test_ports_are_shown_for_any_collector_that_gives_them_whatever_its_name(tmp_path: Path) -> None:
+    """The capability is the ``ports()`` method (collectors.base.PortSource), not the name."""
+    class Roce(FakeIb):
+        name = "roce"
+
+    class NoPorts(Steady):
+        name = "infiniband"  # the name alone asks for nothing
+
+    now = [T0]
+    counters = Counters()
+    flash = FlashCuts(FlashCutDetector(max_seconds=60), counters, clock=lambda: now[0], host="node01")
+    sink, _ = sink_for(tmp_path, counters, flash)
+    poller = Poller([Roce([(4, 5, 0), (1, 2, 1), (4, 5, 1)]), NoPorts()], counters, sink, timeout=1)
+    for step in (0, 10, 10):
+        now[0] += step
+        poller.poll()
+    assert counters.get(ex.FLASH_CUTS, ("mlx5_0", "1")) == 1
+    assert counters.get(ex.SUCCESS, ("infiniband",)) == 1 and counters.get(ex.SUCCESS, ("roce",)) == 1
+    assert [w.with_ports for w in poller.workers] == [True, False]
+
+
+def sysfs_aer(pci: str, severity: str) -> FaultEvent:
+    """A sysfs AER rise as the pcie collector gives it: a candidate the kernel log may also print."""
+    return FaultEvent(kind=ev.PCIE_AER, message=f"{pci}: 1 {severity} AER error record(s)", raw="", source="sysfs",
+                      device=pci, category=severity,
+                      attrs={"severity": severity, "pci_bus_id": pci, "via": "sysfs", "count": 1})
+
+
+def test_aer_candidates_are_reconciled_by_kind_and_counted_under_their_collector(tmp_path: Path) -> None:
+    """Any polled collector's sysfs ``pcie_aer`` events wait for their kernel-log record; one
+    released by another collector's poll, or at stop, is still counted under its own collector."""
+    class Rises:
+        name = "pci_functions"  # not "pcie": the rule is the event's kind
+
+        def __init__(self) -> None:
+            self.script: list[list[FaultEvent] | None] = [[], [sysfs_aer("0000:9b:00.0", "fatal")], None,
+                                                          [sysfs_aer("0000:1a:00.0", "corrected")]]
+
+        def collect(self) -> Snapshot:
+            events = self.script.pop(0)
+            if events is None:
+                raise OSError(5, "Input/output error")  # no take of its own this poll
+            snap = Snapshot()
+            snap.events.extend(events)
+            return snap
+
+    clock = [T0]
+    counters = Counters()
+    store = st.StateStore(tmp_path)
+    aer = AerReconciler(window_s=13, slack_s=3, clock=lambda: clock[0])
+    sink = EventSink(counters, store, lock=threading.RLock(), save=lambda: True, host="node01", aer=aer,
+                     clock=lambda: dt.datetime.fromtimestamp(clock[0], dt.timezone.utc))
+    poller = Poller([Rises(), Steady()], counters, sink, timeout=1)
+    events = lambda who: counters.get(ex.EVENTS, (who, "pcie_aer"))  # noqa: E731
+    poller.poll()
+    clock[0] += 10
+    poller.poll()  # the fatal rise: held, waiting for its kernel-log record
+    assert aer.pending() == 1 and events("pci_functions") == 0
+    clock[0] += 10
+    poller.poll()  # its wait is over; released by the steady collector's take (its own poll failed)
+    assert aer.pending() == 0
+    assert events("pci_functions") == 1 and events("steady") == 0
+    clock[0] += 10
+    poller.poll()  # the corrected rise: held
+    assert aer.pending() == 1
+    assert sink.flush() == 1  # at stop
+    assert events("pci_functions") == 2 and events("steady") == 0
+    assert [e["device"] for e in journal(tmp_path)] == ["0000:9b:00.0", "0000:1a:00.0"]
 
 
 class FakeDetector:
@@ -342,9 +510,8 @@ class FakeDetector:
                                time=e.time, source=e.source)]
         return []
 
-    def observe_port(self, device: str, port: int, state: int, phys_state: int, link_downed: int,
-                     now: float) -> list[FaultEvent]:
-        self.seen.append(("port", (device, port, state, now)))
+    def observe_port(self, device: str, port: int, *state: Any, **kw: Any) -> list[FaultEvent]:
+        self.seen.append(("port", (device, port)))
         return []
 
     def counts(self) -> dict:
@@ -421,17 +588,28 @@ def test_kernel_log_link_lines_go_through_the_detector(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # building the collectors
 
-def test_a_missing_collector_module_disables_that_collector(monkeypatch, caplog) -> None:
-    monkeypatch.setitem(pl.POLLED, "nvml", ("nodewarden.collectors.no_such_module", "NvmlCollector",
-                                            lambda cls, sysfs, host: cls(hostname=host)))
-    with caplog.at_level(logging.WARNING):
-        built = pl.build_collectors(["nvml"], "/nonexistent", "node01")
-    assert built == []
-    assert "collector nvml disabled" in caplog.text
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "h100-hgx-ndr"
 
 
-def test_collectors_are_built_in_a_fixed_order_from_the_enabled_list() -> None:
-    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "h100-hgx-ndr")
-    built = pl.build_collectors(["netclass", "infiniband", "edac"], fixture, "node01")
-    names = [c.name for c in built]
-    assert names == [n for n in ("infiniband", "edac", "netclass") if n in names]
+def test_a_constructor_that_fails_disables_that_collector(monkeypatch, caplog) -> None:
+    def broken(sysfs: Path, host: str) -> Any:
+        raise OSError(13, "Permission denied")
+
+    entries = tuple(registry.Entry(e.name, broken) if e.name == "edac" else e for e in registry.REGISTRY)
+    monkeypatch.setattr(registry, "REGISTRY", entries)
+    with caplog.at_level(logging.ERROR):
+        built = pl.build_collectors(["edac", "netclass"], FIXTURE, "node01")
+    assert [c.name for c in built] == ["netclass"]
+    assert "collector edac disabled: its constructor failed" in caplog.text
+
+
+def test_collectors_are_built_in_registry_order_from_the_enabled_list() -> None:
+    built = pl.build_collectors(["netclass", "kernel_log", "infiniband", "edac"], str(FIXTURE), "node01")
+    # kernel_log is the follower: listed in the registry, never built as a polled collector
+    assert [c.name for c in built] == ["infiniband", "edac", "netclass"]
+    assert pl.build_collectors([], FIXTURE, "node01") == []
+
+
+def test_an_unknown_collector_name_is_refused() -> None:
+    with pytest.raises(KeyError, match="dcgm"):
+        pl.build_collectors(["edac", "dcgm"], FIXTURE, "node01")

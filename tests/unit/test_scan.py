@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodewarden.collectors.kernel_log import events_from_stream, iter_regions
+from nodewarden.logfiles.stream import events_from_stream, iter_regions
 from nodewarden.parsing import scan
 from nodewarden.parsing.envelope import TimeContext
 from nodewarden.parsing.stream import KernelLogParser

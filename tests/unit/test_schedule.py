@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from nodewarden import nvml
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import schedule as sc
 from nodewarden.agent.exporter import Counters
@@ -277,21 +278,24 @@ def test_nvml_absent_means_idle() -> None:
     assert sc.nvml_gpus_busy() is False  # no NVML library on this machine: the GPUs are taken as idle
 
 
-def test_a_hanging_busy_probe_counts_as_busy_and_is_not_called_again() -> None:
+def test_busy_while_an_nvml_call_hangs_and_idle_again_after() -> None:
+    """An NVML call of the agent blocked in the driver past its timeout (here a stand-in that
+    waits on an event, under the session's one timeout): the busy probe answers busy at once,
+    starting no NVML call; once the call returns, the probe asks NVML again (none here: idle).
+    Through the NVML simulator: tests/unit/test_nvml.py::test_busy_probe_through_the_session."""
     release = threading.Event()
-    calls = []
-
-    def probe() -> bool:
-        calls.append(1)
-        release.wait(10)
-        return False
-
-    p = sc._Probe(probe, timeout=0.1)
-    assert p() is True and p() is True
-    assert len(calls) == 1
-    release.set()
-    time.sleep(0.1)
-    assert p() is False
+    with pytest.raises(nvml.NvmlTimeout):
+        nvml.call_with_timeout(release.wait, 0.1, 10, what="a hung collector poll")
+    try:
+        t0 = time.monotonic()
+        assert sc.nvml_gpus_busy(timeout_s=5) is True
+        assert time.monotonic() - t0 < 0.5
+    finally:
+        release.set()
+    end = time.monotonic() + 5
+    while nvml.blocked_calls() and time.monotonic() < end:
+        time.sleep(0.01)
+    assert sc.nvml_gpus_busy(timeout_s=5) is False
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Small files (most of a fleet's rotated logs) are read whole and gzip archives inflated in one
-go (nodewarden.collectors.kernel_log.read_file / gunzip): the events must be those of the
+go (nodewarden.logfiles.read.read_file / compressed.gunzip): the events must be those of the
 streaming reader, and a damaged archive must keep what precedes the damage. Directory walks
 (expand_paths) give files in a documented order with their stat.
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from nodewarden.collectors import kernel_log as K
+from nodewarden.logfiles import InputError, LogFile, expand_paths, read, read_file
+from nodewarden.logfiles.compressed import GzipText, gunzip
 
 XID = "[{t:12.6f}] NVRM: Xid (PCI:0000:{bus:02x}:00): {code}, pid={pid}, name=python3, Ch 00000008"
 NOISE = "[{t:12.6f}] mlx5_core 0000:0c:00.0: poll_health:800:(pid 0): device's health compromised - reached miss count"
@@ -40,8 +41,8 @@ def log_text(n: int, seed: int = 0) -> bytes:
 
 
 def events(path: Path, monkeypatch: pytest.MonkeyPatch, small: bool) -> list[dict]:
-    monkeypatch.setattr(K, "SMALL_FILE", 1 << 30 if small else -1)
-    evs, parser = K.read_file(K.LogFile(path, "node01"))
+    monkeypatch.setattr(read, "SMALL_FILE", 1 << 30 if small else -1)
+    evs, parser = read_file(LogFile(path, "node01"))
     return [e.to_dict() for e in evs] + [{"records": parser.stats.records}]
 
 
@@ -60,14 +61,14 @@ def test_whole_file_read_gives_the_streamed_events(tmp_path: Path, monkeypatch: 
 
 def test_gunzip_reads_every_member_and_zero_padding() -> None:
     a, b = log_text(2000, 1), log_text(10, 2)
-    assert K.gunzip(gzip.compress(a) + gzip.compress(b)) == (a + b, None)
-    assert K.gunzip(gzip.compress(a) + gzip.compress(b) + b"\0" * 512) == (a + b, None)
-    assert K.gunzip(gzip.compress(b"")) == (b"", None)
+    assert gunzip(gzip.compress(a) + gzip.compress(b)) == (a + b, None)
+    assert gunzip(gzip.compress(a) + gzip.compress(b) + b"\0" * 512) == (a + b, None)
+    assert gunzip(gzip.compress(b"")) == (b"", None)
 
 
 def test_gunzip_keeps_the_text_before_trailing_garbage() -> None:
     a = log_text(100)
-    text, error = K.gunzip(gzip.compress(a) + b"not gzip")
+    text, error = gunzip(gzip.compress(a) + b"not gzip")
     assert text == a
     assert "trailing garbage" in error
 
@@ -76,7 +77,7 @@ def test_gunzip_keeps_everything_a_truncated_archive_holds() -> None:
     a = log_text(20_000, 3)
     z = gzip.compress(a)
     for cut in (len(z) // 3, len(z) - 9, len(z) - 1):
-        text, error = K.gunzip(z[:cut])
+        text, error = gunzip(z[:cut])
         assert "ended before the end-of-stream marker" in error
         # zlib fed the same bytes at once inflates as much; the cut line is left out
         inflated = zlib.decompressobj(wbits=31).decompress(z[:cut])
@@ -90,13 +91,13 @@ def test_a_corrupt_member_gives_no_text() -> None:
     good, a = log_text(3000, 6), log_text(20_000, 4)
     z = bytearray(gzip.compress(a, compresslevel=1))
     z[len(z) // 2] ^= 0xFF
-    text, error = K.gunzip(gzip.compress(good) + bytes(z))
+    text, error = gunzip(gzip.compress(good) + bytes(z))
     assert text == good
     assert error.startswith("corrupt gzip data in member 2") and "not used" in error
     # a bad CRC alone (the text itself intact) is treated alike: nothing says which part is bad
     z = bytearray(gzip.compress(a))
     z[-6] ^= 0xFF
-    text, error = K.gunzip(bytes(z))
+    text, error = gunzip(bytes(z))
     assert text == b"" and "incorrect data check" in error
 
 
@@ -104,14 +105,14 @@ def test_a_corrupt_member_gives_no_text() -> None:
 def test_a_corrupt_archive_gives_no_false_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool) -> None:
     """The corrupt member's lines would parse as garbage and mangled Xids: none is kept, the
     file is named, and the member before it is counted; read whole or streamed (large files)."""
-    monkeypatch.setattr(K, "SMALL_FILE", 1 << 30 if small else -1)
+    monkeypatch.setattr(read, "SMALL_FILE", 1 << 30 if small else -1)
     first = log_text(2000, 7)
     z = bytearray(gzip.compress(log_text(20_000, 8), compresslevel=1))
     z[len(z) // 2] ^= 0xFF
     p = tmp_path / "kern.log.3.gz"
     p.write_bytes(gzip.compress(first) + bytes(z))
-    with pytest.raises(K.InputError) as exc:
-        K.read_file(K.LogFile(p, "node01"))
+    with pytest.raises(InputError) as exc:
+        read_file(LogFile(p, "node01"))
     assert str(p) in str(exc.value) and "corrupt gzip data" in str(exc.value)
     kept = exc.value.events
     assert len(kept) == first.count(b"NVRM: Xid") + first.count(b"Machine Check:")
@@ -125,22 +126,22 @@ def test_streamed_gzip_text_is_gzips(seed: int) -> None:
     rnd = random.Random(seed)
     parts = [log_text(rnd.randrange(0, 3000), seed * 10 + i) for i in range(rnd.randrange(1, 5))]
     data = b"".join(gzip.compress(x) + b"\0" * rnd.choice((0, 0, 1, 700)) for x in parts)
-    r = K.GzipText(io.BytesIO(data))
+    r = GzipText(io.BytesIO(data))
     got = bytearray()
     while chunk := r.read(rnd.choice((1, 100, 4096, 1 << 20))):
         got += chunk
     assert bytes(got) == gzip.decompress(data) == b"".join(parts)
-    assert K.gunzip(data) == (b"".join(parts), None)
+    assert gunzip(data) == (b"".join(parts), None)
 
 
 def test_streamed_truncated_gzip_keeps_all_it_inflated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(K, "SMALL_FILE", -1)
+    monkeypatch.setattr(read, "SMALL_FILE", -1)
     data = log_text(20_000, 9)
     z = gzip.compress(data)
     p = tmp_path / "kern.log.2.gz"
     p.write_bytes(z[: len(z) * 2 // 3])
-    with pytest.raises(K.InputError) as exc:
-        K.read_file(K.LogFile(p, "node01"))
+    with pytest.raises(InputError) as exc:
+        read_file(LogFile(p, "node01"))
     text = zlib.decompressobj(wbits=31).decompress(z[: len(z) * 2 // 3])
     complete = text[: text.rfind(b"\n") + 1]
     want = complete.count(b"NVRM: Xid") + complete.count(b"Machine Check:")
@@ -151,7 +152,7 @@ def test_streamed_truncated_gzip_keeps_all_it_inflated(tmp_path: Path, monkeypat
 @pytest.mark.parametrize("small", [True, False], ids=["whole", "streamed"])
 def test_the_line_a_cut_ends_inside_is_no_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool) -> None:
     """An archive cut inside "...Xid (PCI:0000:07:00): 79, ..." must not give an Xid 7."""
-    monkeypatch.setattr(K, "SMALL_FILE", 1 << 30 if small else -1)
+    monkeypatch.setattr(read, "SMALL_FILE", 1 << 30 if small else -1)
     line = "[    1.000000] NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
     text = (line * 3).encode()
     cut_text = text[: len(text) - len(line) + line.index(": 7") + 3]  # ends "...): 7"
@@ -159,15 +160,15 @@ def test_the_line_a_cut_ends_inside_is_no_event(tmp_path: Path, monkeypatch: pyt
     z = d.compress(cut_text) + d.flush(zlib.Z_SYNC_FLUSH)  # all of it inflatable, no gzip trailer
     p = tmp_path / "kern.log.2.gz"
     p.write_bytes(z)
-    with pytest.raises(K.InputError) as exc:
-        K.read_file(K.LogFile(p, "node01"))
+    with pytest.raises(InputError) as exc:
+        read_file(LogFile(p, "node01"))
     assert [e.code for e in exc.value.events] == [79, 79]
 
 
 def test_gunzip_refuses_past_its_limit() -> None:
     a = b"x" * (1 << 20)
-    assert K.gunzip(gzip.compress(a), limit=1 << 19) is None
-    assert K.gunzip(gzip.compress(a), limit=1 << 20) == (a, None)
+    assert gunzip(gzip.compress(a), limit=1 << 19) is None
+    assert gunzip(gzip.compress(a), limit=1 << 20) == (a, None)
 
 
 def test_an_archive_that_expands_past_the_limit_is_streamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,12 +176,12 @@ def test_an_archive_that_expands_past_the_limit_is_streamed(tmp_path: Path, monk
     p = tmp_path / "kern.log.1.gz"
     p.write_bytes(gzip.compress(data))
     expected = events(p, monkeypatch, small=False)
-    monkeypatch.setattr(K, "SMALL_TEXT", 1000)
-    monkeypatch.setattr(K, "SMALL_FILE", 1 << 30)
+    monkeypatch.setattr(read, "SMALL_TEXT", 1000)
+    monkeypatch.setattr(read, "SMALL_FILE", 1 << 30)
     called = []
-    real = K.events_from_stream
-    monkeypatch.setattr(K, "events_from_stream", lambda *a, **k: called.append(1) or real(*a, **k))
-    evs, parser = K.read_file(K.LogFile(p, "node01"))
+    real = read.events_from_stream
+    monkeypatch.setattr(read, "events_from_stream", lambda *a, **k: called.append(1) or real(*a, **k))
+    evs, parser = read_file(LogFile(p, "node01"))
     assert called and [e.to_dict() for e in evs] + [{"records": parser.stats.records}] == expected
 
 
@@ -200,7 +201,7 @@ def test_walk_order_hosts_and_stat(tmp_path: Path) -> None:
     os.symlink(root / "node02", root / "node03")  # a second name of node02: read once, as node02
     os.symlink(root, root / "node01" / "up")  # a link back up: not entered again
     os.mkfifo(root / "node10" / "kern.pipe")  # would block a read for ever
-    got, errors = K.expand_paths([root])
+    got, errors = expand_paths([root])
     assert [str(e) for e in errors] == [f"{root}/node10/kern.pipe: not a regular file (FIFO, socket or device), skipped"]
     rel = [(str(f.path.relative_to(root)), f.host) for f in got]
     assert rel == [
@@ -216,7 +217,7 @@ def test_walk_order_hosts_and_stat(tmp_path: Path) -> None:
         assert f.stat is not None and f.stat.st_size == (10 if f.host == "node20" else len(rel_name(f, root)))
 
 
-def rel_name(f: K.LogFile, root: Path) -> str:
+def rel_name(f: LogFile, root: Path) -> str:
     return str(f.path.relative_to(root))
 
 
@@ -243,7 +244,7 @@ def test_walk_reports_an_unlistable_directory_and_goes_on(tmp_path: Path) -> Non
     (tmp_path / "a" / "kern.log").write_text("x")
     (tmp_path / "b").mkdir(mode=0)
     try:
-        got, errors = K.expand_paths([tmp_path])
+        got, errors = expand_paths([tmp_path])
     finally:
         (tmp_path / "b").chmod(0o755)
     assert [f.path.name for f in got] == ["kern.log"]
@@ -258,7 +259,7 @@ def test_gzipped_agent_journal_reads_line_by_line(tmp_path: Path) -> None:
     from nodewarden.analysis.ingest import ingest
     log = tmp_path / "kern.log"
     log.write_bytes(log_text(3000, 11))
-    evs, _ = K.read_file(K.LogFile(log, "node01"))
+    evs, _ = read_file(LogFile(log, "node01"))
     lines = [json.dumps(e.to_dict()) for e in evs]
     lines.insert(len(lines) // 2, "{not json")
     j = tmp_path / "journal" / "events-2024-01-01.jsonl.gz"

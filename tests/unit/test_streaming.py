@@ -12,7 +12,7 @@ import pytest
 
 from nodewarden.analysis import ingest as ingest_mod
 from nodewarden.analysis.ingest import ingest
-from nodewarden.collectors import kernel_log as K
+from nodewarden.logfiles import LogFile, drain, iter_file
 
 N = 40_000
 LINE = (b"[ 1234.567890] NVRM: Xid (PCI:0000:07:00): 13, pid=1234, name=python3, "
@@ -81,7 +81,7 @@ def test_pool_tasks_past_their_event_bound_are_read_in_the_main_process(
 def test_iter_file_yields_before_the_file_ends_and_returns_counts(tmp_path: Path) -> None:
     p = tmp_path / "kern.log"
     p.write_bytes(LINE * 3)
-    it = K.iter_file(K.LogFile(p, "node01"))
+    it = iter_file(LogFile(p, "node01"))
     assert next(it).code == 13
-    rest, (parser, error) = K.drain(it)
+    rest, (parser, error) = drain(it)
     assert len(rest) == 2 and error is None and parser.stats.records == 3

@@ -14,9 +14,11 @@ repeat two known-answer computations:
 
 Measured: each CPU's SHA-256 throughput (``sha256_rate``, B/s of chain input hashed, device
 ``cpuN``); ``wrong_answer_cpus`` (must be 0: any wrong answer fails, naming the CPU);
-``slowest_core_ratio`` (slowest / median rate, held to ``min_core_ratio``); the CPU frequency
-(psutil) and the cpufreq governor (sysfs ``cpuN/cpufreq/scaling_governor``, informational; a
-``powersave`` governor on a GPU node gives ``warn``).
+``slowest_core_ratio`` (slowest / median rate, held to ``min_core_ratio``); the frequency and
+cpufreq governor of those CPUs (:mod:`nodewarden.sysfs.cpufreq` under ``ctx.sysfs``:
+``cpuN/cpufreq/scaling_cur_freq`` and ``scaling_governor``, or without cpufreq the ``cpu MHz``
+of ``ctx.procfs``/cpuinfo; informational, but a ``powersave`` governor on a GPU node gives
+``warn``). Both roots are the run's: a fixture tree is read, never the machine's own files.
 
 Workers are forked: they need nothing but hashlib and the interpreter, and a fork starts in
 milliseconds even on a 192-CPU node.
@@ -31,9 +33,9 @@ import os
 import statistics
 import time
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Any
 
+from nodewarden.sysfs import cpufreq
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.result import ERROR, FAIL, PASS, WARN, CheckResult, status_from_measurements
 
@@ -99,18 +101,6 @@ def slow_cpus(rates: dict[int, float], min_ratio: float) -> list[int]:
         return []
     med = statistics.median(rates.values())
     return sorted(cpu for cpu, r in rates.items() if r < min_ratio * med)
-
-
-def read_governors(sysfs: Path, cpus: list[int]) -> dict[int, str]:
-    """``scaling_governor`` of each CPU that has cpufreq (``devices/system/cpu/cpuN/cpufreq``,
-    Documentation/admin-guide/pm/cpufreq.rst); CPUs without it are left out."""
-    out = {}
-    for cpu in cpus:
-        try:
-            out[cpu] = (sysfs / f"devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor").read_text().strip()
-        except OSError:
-            continue
-    return out
 
 
 def summarize_governors(governors: dict[int, str]) -> str | None:
@@ -242,16 +232,6 @@ def run_workers(cpus: list[int], duration_s: float, inject_cpu: int | None,
     return reports
 
 
-def cpu_frequency_hz() -> float | None:
-    """Current CPU frequency averaged over CPUs (psutil, from cpufreq or /proc/cpuinfo), or None."""
-    try:
-        import psutil
-        f = psutil.cpu_freq()
-    except Exception:
-        return None
-    return float(f.current) * 1e6 if f and f.current else None
-
-
 def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     result = CheckResult(NAME, PASS)
     cpus = sorted(os.sched_getaffinity(0))
@@ -279,10 +259,11 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     if ratio is not None:
         result.measure("slowest_core_ratio", round(ratio, 4), "ratio", threshold=min_ratio, op=">=")
     result.measure("wrong_answer_cpus", len(wrong), "", threshold=0, op="<=")
-    freq = cpu_frequency_hz()
+    records = cpufreq.read_cpus(ctx.sysfs, cpus=cpus)
+    freq, _source = cpufreq.mean_frequency_hz(records, [] if records else cpufreq.cpuinfo_mhz(ctx.procfs))
     if freq is not None:
         result.measure("cpu_frequency", round(freq), "Hz")
-    governors = read_governors(ctx.sysfs, cpus)
+    governors = cpufreq.governors(records)
     gov = summarize_governors(governors)
     if gov is not None:
         result.measure("governor", gov, "")

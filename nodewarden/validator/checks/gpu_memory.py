@@ -331,9 +331,9 @@ def recovery_precheck(p: dict[str, Any], device: str) -> tuple[CheckResult | Non
     or is not there). ``device``: the run's compute device (``cuda``/``cpu``). Never raises."""
     if not nvml_enabled(p["nvml"], device == "cuda"):
         return None, None
-    gpus, why, hung = nvml_with_timeout(float(p["nvml_timeout_seconds"]))
-    if hung:
-        return CheckResult(NAME, FAIL, reason=f"{why} (driver hung? nvidia-smi would hang too)", device=device,
+    gpus, why, faulted = nvml_with_timeout(float(p["nvml_timeout_seconds"]))
+    if faulted:
+        return CheckResult(NAME, FAIL, reason=why, device=device,
                            action="drain the node; check the driver (dmesg for Xid, nvidia-smi) and reset the GPUs",
                            details={"nvml": why}), None
     actions = _actions(gpus) if gpus is not None else None

@@ -1,20 +1,26 @@
 """links: are the node's fabric and bus links up, at the rate and width they should have?
 
-Five parts, each reading under ``ctx.sysfs`` (a parameter: tests point it at fixture trees
-captured from real machines) and reporting ``skip`` inside ``details`` when its hardware is
-absent. The check is ``skip`` only when no part could run: never ``pass`` with nothing checked.
+Five parts, each judging the records of :mod:`nodewarden.sysfs` read under ``ctx.sysfs`` (a
+parameter: tests point it at fixture trees captured from real machines) — the records the
+agent's collectors export, so that the check and the metrics cannot disagree — and reporting
+``skip`` inside ``details`` when its hardware is absent. The check is ``skip`` only when no part
+could run: never ``pass`` with nothing checked.
 
 ``infiniband``
     ``class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer}``
-    (Documentation/ABI/stable/sysfs-class-infiniband). A port must be ``4: ACTIVE`` and
-    ``5: LinkUp``; an ACTIVE InfiniBand port's rate (``400 Gb/sec (4X NDR)``) must reach the
-    profile's ``ib_rate_gbit_per_second``; at least ``ib_ports_min`` InfiniBand ports ACTIVE.
-    A DOWN port's rate is stale (ibstat shows 40 or 10 there) and is not judged. Ethernet
-    link-layer ports (RoCE) are held to ACTIVE/LinkUp and their netdevs go to ``ethernet``.
+    (Documentation/ABI/stable/sysfs-class-infiniband). A port must be active
+    (:func:`nodewarden.sysfs.infiniband.port_active`: ``4: ACTIVE`` and ``5: LinkUp``; an ACTIVE
+    port whose ``phys_state`` cannot be read is active, with a warning naming the file); an
+    active InfiniBand port's rate (``400 Gb/sec (4X NDR)``) must reach the profile's
+    ``ib_rate_gbit_per_second``; at least ``ib_ports_min`` InfiniBand ports active. A DOWN
+    port's rate is stale (ibstat shows 40 or 10 there) and is not judged. A port without a
+    ``link_layer`` file is InfiniBand. Ethernet link-layer ports (RoCE) are held to
+    ACTIVE/LinkUp and their netdevs go to ``ethernet``.
 ``ethernet``
-    ``class/net/<if>/{operstate,speed,carrier}`` of physical interfaces (those with a ``device``
-    link; lo, docker0, veth*, bridges and bonds have none, SR-IOV VFs are left out) and of the
-    RDMA netdevs: operstate ``up`` and ``speed`` (Mb/s) at least ``eth_speed_mbit_per_second``.
+    ``class/net/<if>/{operstate,speed,carrier}`` of physical interfaces
+    (:func:`nodewarden.sysfs.net.is_physical`: a ``device`` link, not a bridge, not an SR-IOV
+    VF; lo, docker0, veth* and bonds have no ``device`` link) and of the RDMA netdevs:
+    operstate ``up`` and ``speed`` (Mb/s) at least ``eth_speed_mbit_per_second``.
     IPoIB netdevs (type 32) are left to ``infiniband``: their operstate says whether IPoIB is
     configured, not whether the IB link is up.
 ``pcie``
@@ -24,13 +30,16 @@ absent. The check is ``skip`` only when no part could run: never ``pass`` with n
     /sys the device is a symlink into /sys/devices and the port above it is its parent directory:
     the expected maximum is the lower of the two ends' ``max_link_*``. GPUs are also held to the
     profile's ``gpu_pcie_generation``/``gpu_pcie_width``, and their number to the profile's
-    top-level ``gpus`` (param ``gpus`` overrides): a GPU fallen off the bus is missing here.
+    top-level ``gpus`` (param ``gpus`` overrides): a GPU fallen off the bus is missing here. A
+    width of 0 lanes (:func:`nodewarden.sysfs.pci.pcie_width`: the link is down) is judged as
+    any other width (``x0 < x16``), never as unknown.
 ``nvlink``
     NVML ``nvmlDeviceGetNvLinkState`` for each link of each GPU: links 0..``nvlink_links_per_gpu``-1
     must be active. Skipped without NVML.
 ``frequency``
-    cpufreq governor and caps (``devices/system/cpu/cpu*/cpufreq``; warnings only) or, without
-    cpufreq, the ``cpu MHz`` of ``/proc/cpuinfo``; with NVML, GPU SM clocks and the active
+    cpufreq governor and caps (``devices/system/cpu/cpu*/cpufreq``; warnings only) and the CPU
+    frequency (:func:`nodewarden.sysfs.cpufreq.mean_frequency_hz`: cpufreq, or without it the
+    ``cpu MHz`` of ``ctx.procfs``/cpuinfo); with NVML, GPU SM clocks and the active
     clocks-event (throttle) reasons: HW slowdown, thermal slowdown and power brake fail, the
     others (idle, power cap, application clocks, sync boost) are informational.
 
@@ -51,15 +60,15 @@ The width is always held.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import listdir, natural_key, parse_code_name, read_attr
-from nodewarden.sysfs.infiniband import IB_ACTIVE, IB_LINKUP, parse_ib_rate
-from nodewarden.sysfs.pci import MELLANOX, NVIDIA, pcie_generation, pcie_width
+from nodewarden.nvml import decode_clock_event_reasons
+from nodewarden.sysfs import cpufreq, infiniband, net, pci
+from nodewarden.sysfs.attrs import AttrReader, natural_key
+from nodewarden.sysfs.infiniband import parse_ib_rate
+from nodewarden.sysfs.net import ARPHRD_ETHER
 from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_with_timeout, reset_required,
                                        reset_required_action, reset_required_reason)
 from nodewarden.validator.result import FAIL, PASS, SKIP, WARN, CheckResult
@@ -81,8 +90,6 @@ DEFAULTS: dict[str, Any] = {
 }
 QUICK: dict[str, Any] = {}
 
-PARTS = ("infiniband", "ethernet", "pcie", "nvlink", "frequency")
-
 # Why a port is not up, for the operator (ibstat semantics, I-016; IBTA phys states).
 PHYS_HINTS = {
     "Polling": "no peer: cable, transceiver or switch port",
@@ -91,44 +98,13 @@ PHYS_HINTS = {
     "LinkErrorRecovery": "link retraining after errors",
     "PortConfigurationTraining": "link training",
 }
-# nvmlClocksEventReason* bits (nvml.h); True: a hardware fault that holds the clocks down.
-CLOCK_REASONS: dict[int, tuple[str, bool]] = {
-    0x001: ("gpu_idle", False),
-    0x002: ("applications_clocks_setting", False),
-    0x004: ("sw_power_cap", False),
-    0x008: ("hw_slowdown", True),
-    0x010: ("sync_boost", False),
-    0x020: ("sw_thermal_slowdown", True),
-    0x040: ("hw_thermal_slowdown", True),
-    0x080: ("hw_power_brake_slowdown", True),
-    0x100: ("display_clock_setting", False),
-}
-ARPHRD_ETHER, ARPHRD_INFINIBAND = 1, 32
-VIRTUAL_PREFIXES = ("lo", "docker", "veth", "virbr", "br-", "cni", "flannel", "cali", "vxlan", "tun", "tap")
-
-_BDF_DIR = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 
 
 # ---- small pure helpers ----------------------------------------------------------------------
 
-def _hexint(text: str | None) -> int | None:
-    try:
-        return int(text, 16) if text else None
-    except ValueError:
-        return None
-
-
 def _ignored(port: str, ignore: list[str]) -> bool:
     dev = port.split("/", 1)[0]
     return port in ignore or dev in ignore
-
-
-def _is_active(state: tuple[int | None, str | None]) -> bool:
-    return state[0] == IB_ACTIVE or (state[0] is None and (state[1] or "").upper() == "ACTIVE")
-
-
-def _is_linkup(phys: tuple[int | None, str | None]) -> bool:
-    return phys[0] == IB_LINKUP or (phys[0] is None and (phys[1] or "").lower() == "linkup")
 
 
 @dataclass
@@ -169,39 +145,25 @@ class Part:
 
 # ---- (a) InfiniBand / RDMA ports -------------------------------------------------------------
 
-def read_ib_ports(sysfs: Path) -> list[dict[str, Any]] | None:
-    """Every port of every RDMA device, as read from sysfs; None without ``class/infiniband``."""
-    root = sysfs / "class" / "infiniband"
-    if not root.is_dir():
-        return None
+def ib_port_reports(devices: list[infiniband.Device], netdev_types: dict[str, int | None]) -> list[dict[str, Any]]:
+    """One report dict per port of every RDMA device record (``port``, ``state``/``state_code``,
+    ``phys_state``/``phys_state_code``, ``rate``/``rate_gbit``/``width``/``speed``,
+    ``link_layer``, ``active`` by :func:`~nodewarden.sysfs.infiniband.port_active`, ``netdevs``:
+    a RoCE port's netdevs). ``netdev_types``: ``class/net/<name>/type`` by name."""
     ports = []
-    for dev in listdir(root):
-        ddir = root / dev
-        pci = None
-        try:
-            pci = normalize_pci(os.path.basename(os.path.realpath(ddir / "device")))
-        except OSError:
-            pass
-        hca_type, fw = read_attr(ddir / "hca_type"), read_attr(ddir / "fw_ver")
-        pci_netdevs = listdir(ddir / "device" / "net")
-        for num in listdir(ddir / "ports"):
-            pdir = ddir / "ports" / num
-            state, phys = parse_code_name(read_attr(pdir / "state")), parse_code_name(read_attr(pdir / "phys_state"))
-            rate_text = read_attr(pdir / "rate")
-            gbit, width, speed = parse_ib_rate(rate_text)
-            # Older kernels have no link_layer for IB-only devices.
-            layer = read_attr(pdir / "link_layer") or "InfiniBand"
+    for dev in devices:
+        for p in dev.ports:
+            gbit, width, speed = parse_ib_rate(p.rate)
             netdevs: list[str] = []
-            if layer == "Ethernet":
-                # The GID table's netdev (a bond for a LAG device), else the PCI function's netdevs.
-                nd = read_attr(pdir / "gid_attrs" / "ndevs" / "0")
-                netdevs = [nd] if nd else [n for n in pci_netdevs
-                                          if read_attr(ddir / "device" / "net" / n / "type") in (None, "1")]
-            ports.append({"port": f"{dev}/{num}", "device": dev, "pci": pci, "hca_type": hca_type, "fw_ver": fw,
-                          "state": state[1], "state_code": state[0], "phys_state": phys[1],
-                          "phys_state_code": phys[0], "rate": rate_text, "rate_gbit": gbit, "width": width,
-                          "speed": speed, "link_layer": layer, "netdevs": netdevs,
-                          "active": _is_active(state) and _is_linkup(phys)})
+            if p.link_layer == infiniband.ETHERNET:
+                # The GID table's netdev (a bond for a LAG device), else the PCI function's Ethernet netdevs.
+                netdevs = [p.netdev] if p.netdev else [n for n in dev.netdevs
+                                                       if netdev_types.get(n) in (None, ARPHRD_ETHER)]
+            ports.append({"port": p.key, "device": dev.name, "pci": dev.pci_bus_id, "hca_type": dev.hca_type,
+                          "fw_ver": dev.fw_ver, "state": p.state_name, "state_code": p.state,
+                          "phys_state": p.phys_state_name, "phys_state_code": p.phys_state, "rate": p.rate,
+                          "rate_gbit": gbit, "width": width, "speed": speed, "link_layer": p.link_layer,
+                          "netdevs": netdevs, "active": bool(p.active)})
     return ports
 
 
@@ -230,6 +192,10 @@ def check_infiniband(ports: list[dict[str, Any]] | None, params: dict[str, Any],
                 p["hint"] = "physical link up but port not ACTIVE: no subnet manager, or still initialising"
             part.problems.append(f"{name} state {p['state']} phys_state {p['phys_state']}")
             continue
+        if p["phys_state"] is None and p["phys_state_code"] is None:
+            dev, _, num = name.partition("/")
+            part.warnings.append(f"{name} phys_state unreadable (class/infiniband/{dev}/ports/{num}/phys_state): "
+                                 "ACTIVE counted as up")
         is_ib = p["link_layer"] == "InfiniBand"
         ib_active += is_ib
         roce_active += not is_ib
@@ -257,28 +223,20 @@ def check_infiniband(ports: list[dict[str, Any]] | None, params: dict[str, Any],
 
 # ---- (b) Ethernet / RoCE netdevs ---------------------------------------------------------------
 
-def _netdev(root: Path, name: str) -> dict[str, Any]:
-    d = root / name
-    speed = read_attr(d / "speed")
-    try:
-        mbit = int(speed) if speed is not None else None
-    except ValueError:
-        mbit = None
-    kind = read_attr(d / "type")
-    return {"name": name, "operstate": read_attr(d / "operstate"), "carrier": read_attr(d / "carrier"),
-            "speed_mbit": mbit if mbit is not None and mbit > 0 else None,
-            "type": int(kind) if kind and kind.isdigit() else None,
-            "physical": os.path.lexists(d / "device"), "vf": os.path.lexists(d / "device" / "physfn"),
-            "bridge": (d / "bridge").is_dir(), "bond_slaves": (read_attr(d / "bonding" / "slaves") or "").split()}
+def _netdev_report(d: net.Netdev) -> dict[str, Any]:
+    return {"name": d.name, "operstate": d.operstate, "carrier": str(d.carrier) if d.carrier is not None else None,
+            "speed_mbit": d.speed_mbit, "type": d.type, "physical": d.device, "vf": d.physfn, "bridge": d.bridge,
+            "bond_slaves": list(d.bond_slaves)}
 
 
-def check_ethernet(sysfs: Path, rdma_netdevs: list[str], params: dict[str, Any], res: CheckResult) -> Part:
+def check_ethernet(netdevs: list[net.Netdev] | None, rdma_netdevs: list[str], params: dict[str, Any],
+                   res: CheckResult) -> Part:
     part = Part("ethernet")
-    root = sysfs / "class" / "net"
-    if not root.is_dir():
+    if netdevs is None:
         return part.skip("no class/net")
-    all_names = listdir(root)
-    info = {n: _netdev(root, n) for n in all_names}
+    info = {d.name: _netdev_report(d) for d in netdevs}
+    physical = {d.name for d in netdevs if net.is_physical(d)}
+    part.info["physical"] = sorted(physical, key=natural_key)
     wanted = list(params.get("net_interfaces") or [])
     want_mbit = int(params.get("eth_speed_mbit_per_second") or 0)
     rdma = set(rdma_netdevs)
@@ -287,9 +245,8 @@ def check_ethernet(sysfs: Path, rdma_netdevs: list[str], params: dict[str, Any],
     else:
         selected = []
         for n, d in info.items():
-            virtual = not d["physical"] or d["bridge"] or (n.startswith(VIRTUAL_PREFIXES) and not d["physical"])
             ethernet = d["type"] in (None, ARPHRD_ETHER)
-            if n in rdma or (not virtual and not d["vf"] and ethernet and d["operstate"] == "up"):
+            if n in rdma or (n in physical and ethernet and d["operstate"] == "up"):
                 selected.append(n)
         for n in list(selected):  # a RoCE bond: its slaves carry the traffic
             for s in info[n]["bond_slaves"]:
@@ -326,53 +283,28 @@ def check_ethernet(sysfs: Path, rdma_netdevs: list[str], params: dict[str, Any],
 
 # ---- (c) PCIe links ------------------------------------------------------------------------------
 
-def _link(d: Path) -> dict[str, Any]:
-    cur_s, max_s = read_attr(d / "current_link_speed"), read_attr(d / "max_link_speed")
-    cur_w, max_w = read_attr(d / "current_link_width"), read_attr(d / "max_link_width")
-    return {"current_speed": cur_s, "max_speed": max_s, "current_width": cur_w, "max_width": max_w,
-            "generation": pcie_generation(cur_s), "max_generation": pcie_generation(max_s),
-            "lanes": pcie_width(cur_w), "max_lanes": pcie_width(max_w)}
+def _link_report(link: pci.Link) -> dict[str, Any]:
+    return {"current_speed": link.current_speed, "max_speed": link.max_speed, "current_width": link.current_width,
+            "max_width": link.max_width, "generation": link.generation, "max_generation": link.max_generation,
+            "lanes": link.lanes, "max_lanes": link.max_lanes}
 
 
-def _upstream(dev: Path) -> Path | None:
-    """The port above a device on a real /sys (its resolved parent directory), when that is a
-    PCI function with link attributes; None in a tree of plain directories."""
-    try:
-        real = Path(os.path.realpath(dev))
-    except OSError:
-        return None
-    parent = real.parent
-    if _BDF_DIR.match(parent.name) and (parent / "max_link_speed").exists():
-        return parent
-    return None
-
-
-def read_pci_links(sysfs: Path) -> list[dict[str, Any]] | None:
-    """NVIDIA GPUs and Mellanox network functions with their link attributes; None without
-    ``bus/pci/devices``."""
-    root = sysfs / "bus" / "pci" / "devices"
-    if not root.is_dir():
-        return None
+def pci_link_reports(functions: list[pci.Function]) -> list[dict[str, Any]]:
+    """One report dict per NVIDIA GPU (``kind`` gpu) and Mellanox network function (``nic``)
+    among the function records, with its link and, on a real /sys, the port above it."""
     out = []
-    for bdf in listdir(root):
-        d = root / bdf
-        vendor, cls = _hexint(read_attr(d / "vendor")), _hexint(read_attr(d / "class"))
-        if vendor is None or cls is None:
-            continue
-        if vendor == NVIDIA and cls >> 8 in (0x0300, 0x0302):
+    for f in functions:
+        if pci.is_gpu(f):
             kind = "gpu"
-        elif vendor == MELLANOX and cls >> 16 == 0x02:
+        elif f.vendor == pci.MELLANOX and pci.is_network(f):
             kind = "nic"
         else:
             continue
-        if os.path.lexists(d / "physfn"):
-            continue  # an SR-IOV VF: its link fields are those of the PF, or zero
-        rec = {"pci": normalize_pci(bdf) or bdf, "kind": kind, "device_id": read_attr(d / "device"), **_link(d)}
-        up = _upstream(d)
-        if up is not None:
-            ul = _link(up)
-            rec["upstream"] = up.name
-            rec["upstream_max_generation"], rec["upstream_max_lanes"] = ul["max_generation"], ul["max_lanes"]
+        rec = {"pci": f.pci_bus_id, "kind": kind, "device_id": f.device, **_link_report(f.link)}
+        if f.upstream is not None and f.upstream_link is not None:
+            rec["upstream"] = f.upstream
+            rec["upstream_max_generation"] = f.upstream_link.max_generation
+            rec["upstream_max_lanes"] = f.upstream_link.max_lanes
         out.append(rec)
     return out
 
@@ -401,7 +333,8 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
     at_max = 0
     for d in devices:
         bdf, is_gpu = d["pci"], d["kind"] == "gpu"
-        if d["generation"] is None or d["lanes"] is None:
+        # 0 lanes is a link that is down: judged below (x0 < x16), never "unknown".
+        if d["lanes"] != 0 and (d["generation"] is None or d["lanes"] is None):
             if d["current_speed"] is None and d["current_width"] is None:
                 d["note"] = "no link attributes"
             else:
@@ -411,10 +344,14 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
         max_lanes = _min(d["max_lanes"], d.get("upstream_max_lanes"))
         gen_floor = max(max_gen or 0, want_gen if is_gpu else 0) or None
         lanes_floor = max(max_lanes or 0, want_lanes if is_gpu else 0) or None
-        res.measure("pcie_generation", d["generation"], "", threshold=gen_floor, device=bdf)
+        if d["generation"] is not None:
+            res.measure("pcie_generation", d["generation"], "", threshold=gen_floor, device=bdf)
         res.measure("pcie_width", d["lanes"], "", threshold=lanes_floor, device=bdf)
         ok = True
-        if gen_floor and d["generation"] < gen_floor:
+        if d["lanes"] == 0 and not lanes_floor:
+            ok = False
+            part.problems.append(f"{bdf} PCIe x0: link down")
+        if gen_floor and d["generation"] is not None and d["generation"] < gen_floor:
             ok = False
             what = "" if max_gen and d["generation"] < max_gen else " (profile)"
             text = f"{bdf} PCIe Gen{d['generation']} < Gen{gen_floor}{what}"
@@ -435,11 +372,11 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
 
 # ---- NVML (d, e) -------------------------------------------------------------------------------------
 
-def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, hung: bool, params: dict[str, Any],
+def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, faulted: bool, params: dict[str, Any],
                  res: CheckResult) -> Part:
     part = Part("nvlink")
-    if hung:
-        part.problems.append(f"{why} (driver hung? nvidia-smi would hang too)")
+    if faulted:
+        part.problems.append(why)
         return part.finish("")
     if gpus is None:
         return part.skip(why)
@@ -464,55 +401,33 @@ def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, hung: bool, params
     return part.finish(f"{total} NVLinks active on {len(gpus)} GPUs" + (f" ({want} per GPU)" if want else ""))
 
 
-def decode_clock_reasons(mask: int) -> tuple[list[str], list[str]]:
-    """(faults, informational) reason names set in an nvmlClocksEventReason mask."""
-    faults, info = [], []
-    for bit, (name, fault) in CLOCK_REASONS.items():
-        if mask & bit:
-            (faults if fault else info).append(name)
-    unknown = mask & ~sum(CLOCK_REASONS)
-    if unknown:
-        info.append(f"0x{unknown:x}")
-    return faults, info
-
-
 def _cpu_frequency(sysfs: Path, procfs: Path, params: dict[str, Any], part: Part, res: CheckResult) -> bool:
-    """cpufreq governors and caps (warnings), else /proc/cpuinfo MHz. True when anything was read."""
-    cpus = [c for c in listdir(sysfs / "devices" / "system" / "cpu") if re.fullmatch(r"cpu\d+", c)]
-    governors: dict[str, int] = {}
-    cur, capped = [], []
-    for c in cpus:
-        d = sysfs / "devices" / "system" / "cpu" / c / "cpufreq"
-        gov = read_attr(d / "scaling_governor")
-        if gov is None:
-            continue
-        governors[gov] = governors.get(gov, 0) + 1
-        khz, cap, hw = (read_attr(d / n) for n in ("scaling_cur_freq", "scaling_max_freq", "cpuinfo_max_freq"))
-        if khz and khz.isdigit():
-            cur.append(int(khz) * 1e3)
-        if cap and hw and cap.isdigit() and hw.isdigit() and int(cap) < int(hw):
-            capped.append((c, int(cap) * 1e3, int(hw) * 1e3))
-    if governors:
-        part.info["cpu_governors"] = governors
-        allowed = list(params.get("cpu_governors") or [])
-        for gov, n in governors.items():
-            if allowed and gov not in allowed:
-                part.warnings.append(f"CPU governor {gov} on {n} CPUs (expected {'/'.join(allowed)})")
-        if capped:
-            c, cap, hw = capped[0]
-            part.warnings.append(f"CPU frequency capped on {len(capped)} CPUs "
-                                 f"({c}: {cap / 1e9:.2f} of {hw / 1e9:.2f} GHz)")
-        if cur:
-            res.measure("cpu_frequency", round(sum(cur) / len(cur)), "Hz")
-        part.info["cpu_source"] = "cpufreq"
-        return True
-    text = read_attr(procfs / "cpuinfo")
-    mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", text or "", re.M)]
-    if mhz:
-        res.measure("cpu_frequency", round(sum(mhz) / len(mhz) * 1e6), "Hz")
+    """cpufreq governors and caps (warnings) and the CPU frequency
+    (:func:`~nodewarden.sysfs.cpufreq.mean_frequency_hz`). True when anything was read."""
+    records = cpufreq.read_cpus(sysfs)
+    hz, source = cpufreq.mean_frequency_hz(records, [] if records else cpufreq.cpuinfo_mhz(procfs))
+    if source is None:
+        return False
+    if hz is not None:
+        res.measure("cpu_frequency", round(hz), "Hz")
+    if source == cpufreq.CPUINFO:
         part.info["cpu_source"] = "cpuinfo (no cpufreq: governor not checked)"
         return True
-    return False
+    governors: dict[str, int] = {}
+    for gov in cpufreq.governors(records).values():
+        governors[gov] = governors.get(gov, 0) + 1
+    part.info["cpu_governors"] = governors
+    allowed = list(params.get("cpu_governors") or [])
+    for gov, n in governors.items():
+        if allowed and gov not in allowed:
+            part.warnings.append(f"CPU governor {gov} on {n} CPUs (expected {'/'.join(allowed)})")
+    capped = [r for r in records if r.capped]
+    if capped:
+        c = capped[0]
+        part.warnings.append(f"CPU frequency capped on {len(capped)} CPUs "
+                             f"(cpu{c.cpu}: {c.max_khz / 1e6:.2f} of {c.hw_max_khz / 1e6:.2f} GHz)")
+    part.info["cpu_source"] = "cpufreq"
+    return True
 
 
 def check_frequency(sysfs: Path, procfs: Path, gpus: list[dict[str, Any]] | None, params: dict[str, Any],
@@ -527,7 +442,7 @@ def check_frequency(sysfs: Path, procfs: Path, gpus: list[dict[str, Any]] | None
         if mask is None:
             continue
         res.measure("gpu_clocks_event_reasons", mask, "", device=dev)
-        faults, info = decode_clock_reasons(mask)
+        faults, info = decode_clock_event_reasons(mask)
         g["clock_reason_names"] = faults + info
         if faults:
             part.problems.append(f"GPU {dev} clocks held down: {', '.join(faults)}")
@@ -567,10 +482,10 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     sysfs = Path(ctx.sysfs)
     parts: list[Part] = []
 
-    gpus, why, hung = None, "NVML not queried: sysfs is not this machine's /sys (set links.nvml=true)", False
+    gpus, why, faulted = None, "NVML not queried: sysfs is not this machine's /sys (set links.nvml=true)", False
     if _use_nvml(ctx, params):
         ctx.progress(NAME, 0.02, "nvml")
-        gpus, why, hung = nvml_with_timeout(float(params.get("nvml_timeout_seconds") or 30))
+        gpus, why, faulted = nvml_with_timeout(float(params.get("nvml_timeout_seconds") or 30))
         bad = reset_required(gpus or [])
         if bad:  # fail fast: the driver itself says this GPU cannot be trusted until recovered
             res.status, res.reason, res.action = FAIL, reset_required_reason(bad), reset_required_action(bad)
@@ -579,20 +494,24 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
             return res
 
     ctx.progress(NAME, 0.05, "infiniband")
-    ports = read_ib_ports(sysfs)
+    reader = AttrReader()
+    netdevs = net.read_netdevs(sysfs, reader) if net.present(sysfs) else None
+    types = {d.name: d.type for d in netdevs or []}
+    ports = ib_port_reports(infiniband.read_devices(sysfs, reader), types) if infiniband.present(sysfs) else None
     parts.append(check_infiniband(ports, params, res))
     rdma_netdevs = [n for p in ports or [] if not p.get("ignored") for n in p["netdevs"]]
 
     ctx.progress(NAME, 0.2, "ethernet")
-    parts.append(check_ethernet(sysfs, rdma_netdevs, params, res))
+    parts.append(check_ethernet(netdevs, rdma_netdevs, params, res))
 
     idle = {g["pci"]: g["pstate"] for g in gpus or []
             if g.get("pci") and isinstance(g.get("pstate"), int) and 3 <= g["pstate"] <= 15}
 
     ctx.progress(NAME, 0.6, "pcie")
     gpus_expected = int(params.get("gpus", ctx.profile.get("gpus", 0)) or 0)
-    parts.append(check_pcie(read_pci_links(sysfs), params, gpus_expected, idle, res))
-    parts.append(check_nvlink(gpus, why, hung, params, res))
+    devices = pci_link_reports(pci.read_functions(sysfs, reader)) if pci.present(sysfs) else None
+    parts.append(check_pcie(devices, params, gpus_expected, idle, res))
+    parts.append(check_nvlink(gpus, why, faulted, params, res))
     ctx.progress(NAME, 0.8, "frequency")
     parts.append(check_frequency(sysfs, Path(ctx.procfs), gpus, params, res))
 

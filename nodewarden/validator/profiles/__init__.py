@@ -4,10 +4,15 @@ module), chosen by name or, with ``auto``, from the GPU product name NVML report
 from __future__ import annotations
 
 import copy
+import logging
 import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from nodewarden import nvml
+
+log = logging.getLogger(__name__)
 
 
 class ProfileError(ValueError):
@@ -28,20 +33,23 @@ def load(name: str) -> dict[str, Any]:
         return tomllib.load(f)
 
 
-def gpu_product_name() -> str | None:
-    """The first GPU's product name from NVML (``nvmlDeviceGetName``), or None without NVML/GPUs."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        try:
-            if pynvml.nvmlDeviceGetCount() == 0:
-                return None
-            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
-            return name.decode() if isinstance(name, bytes) else str(name)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
+def _first_gpu_name(s: nvml.Session) -> str | None:
+    if s.count() == 0:
         return None
+    h = s.handle(0)
+    return None if h is None else nvml.identity(s, h).name
+
+
+def gpu_product_name(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> str | None:
+    """The first GPU's product name from NVML (``nvmlDeviceGetName`` of device 0, e.g. ``NVIDIA
+    H100 80GB HBM3``), or None without NVML, without GPUs or when the call fails (a lost GPU).
+    Raises :class:`nodewarden.nvml.NvmlTimeout` when NVML does not answer within ``timeout_s``
+    seconds (or an earlier NVML call of this process is still blocked in the driver)."""
+    try:
+        name, _ = nvml.query(_first_gpu_name, timeout_s, "profile auto-detection (nvmlDeviceGetName)")
+    except (nvml.GpuLost, nvml.NvmlCallError):
+        return None
+    return name
 
 
 def match(product: str | None) -> str:
@@ -55,10 +63,18 @@ def match(product: str | None) -> str:
     return "generic"
 
 
-def resolve(name: str, product: str | None = None) -> dict[str, Any]:
-    """Load ``name``; ``auto`` matches ``product`` (default: NVML's first GPU) to a profile."""
+def resolve(name: str, product: str | None = None, timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Load ``name``; ``auto`` matches ``product`` (default: NVML's first GPU,
+    :func:`gpu_product_name` bounded by ``timeout_s`` seconds) to a profile. NVML that does not
+    answer in time is a node without a product name, as one without NVML: ``generic``, with a
+    warning on the log (the checks that read NVML then fail at once on the same hung driver)."""
     if name == "auto":
-        return load(match(product if product is not None else gpu_product_name()))
+        if product is None:
+            try:
+                product = gpu_product_name(timeout_s)
+            except nvml.NvmlTimeout as e:
+                log.warning("--profile auto: %s: no GPU product name, using the generic profile", e)
+        return load(match(product))
     return load(name)
 
 

@@ -1,0 +1,98 @@
+"""``/sys/class/net``: network interfaces as typed records.
+
+Kernel ABI: ``Documentation/ABI/testing/sysfs-class-net`` (``operstate``, ``carrier``, ``speed``
+in Mb/s, ``type`` (``ARPHRD_*``), ``carrier_changes`` since 3.15, ``carrier_up_count``/
+``carrier_down_count`` since 4.16), ``bonding/slaves`` (Documentation/networking/bonding.rst).
+``carrier`` and ``speed`` answer EINVAL while an interface is down: by design, so those two
+reads are not counted as unreadable. The rule for "a physical interface" is :func:`is_physical`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from nodewarden.parsing.pci import normalize_pci
+from nodewarden.sysfs.attrs import AttrReader, listdir, read_attr
+
+# include/uapi/linux/if_arp.h
+ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
+
+
+def parse_speed(text: str | None) -> int | None:
+    """``speed``: ``100000`` -> 100000 (Mb/s); ``-1`` (unknown), ``0``, garbage, unreadable -> None."""
+    try:
+        mbit = int(text) if text is not None else None
+    except ValueError:
+        return None
+    return mbit if mbit is not None and mbit > 0 else None
+
+
+def parse_int(text: str | None) -> int | None:
+    """``carrier``: ``1`` -> 1; unreadable or garbage -> None."""
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Netdev:
+    """One network interface as read at one moment; a field whose file is absent or unreadable
+    is None."""
+
+    name: str                            # class/net/<name>
+    operstate: str | None                # operstate (RFC 2863: up, down, lowerlayerdown, dormant, unknown)
+    carrier: int | None                  # carrier (1/0; EINVAL while down)
+    speed_mbit: int | None               # speed (Mb/s; -1, 0 or EINVAL: None)
+    type: int | None                     # type (ARPHRD_*: 1 Ethernet, 32 IPoIB, 772 loopback)
+    carrier_changes: int | None = None   # carrier_changes
+    carrier_up_count: int | None = None  # carrier_up_count
+    carrier_down_count: int | None = None  # carrier_down_count
+    device: bool = False                 # device: a link to the bus device behind it
+    pci_bus_id: str | None = None        # device -> its PCI function
+    bridge: bool = False                 # bridge/ (the directory a bridge has)
+    physfn: bool = False                 # device/physfn (the device is an SR-IOV VF)
+    bond_slaves: tuple[str, ...] = ()    # bonding/slaves
+
+
+def is_physical(d: Netdev) -> bool:
+    """A physical interface: it has a ``device`` link (the kernel's own notion, as node_exporter's:
+    ``lo``, veth, docker and other virtual interfaces have none), is not a bridge (``bridge/``)
+    and not an SR-IOV VF (``device/physfn``). IPoIB interfaces (type 32) are physical."""
+    return d.device and not d.bridge and not d.physfn
+
+
+def present(sysfs: Path) -> bool:
+    """Whether ``<sysfs>/class/net`` exists."""
+    return (Path(sysfs) / "class" / "net").is_dir()
+
+
+def read_netdev(d: Path, reader: AttrReader) -> Netdev:
+    """The interface directory ``d`` (``class/net/<name>``) as a :class:`Netdev`."""
+    has_device = os.path.lexists(d / "device")
+    pci = normalize_pci(os.path.basename(os.path.realpath(d / "device"))) if has_device else None
+    return Netdev(
+        name=d.name, operstate=reader.text(d / "operstate"),
+        carrier=parse_int(read_attr(d / "carrier")), speed_mbit=parse_speed(read_attr(d / "speed")),
+        type=reader.counter(d / "type"), carrier_changes=reader.counter(d / "carrier_changes"),
+        carrier_up_count=reader.counter(d / "carrier_up_count"),
+        carrier_down_count=reader.counter(d / "carrier_down_count"),
+        device=has_device, pci_bus_id=pci, bridge=(d / "bridge").is_dir(),
+        physfn=os.path.lexists(d / "device" / "physfn"),
+        bond_slaves=tuple((reader.text(d / "bonding" / "slaves") or "").split()))
+
+
+def read_netdevs(sysfs: Path, reader: AttrReader | None = None) -> list[Netdev]:
+    """Every interface under ``<sysfs>/class/net`` (``eth2`` before ``eth10``); ``[]`` when the
+    directory is absent. Never raises: an interface removed while read is left out and counted."""
+    reader = reader if reader is not None else AttrReader()
+    root = Path(sysfs) / "class" / "net"
+    out = []
+    for name in listdir(root):
+        try:
+            out.append(read_netdev(root / name, reader))
+        except OSError:
+            reader.unreadable += 1
+    return out
