@@ -243,10 +243,6 @@ class Session:
     def __init__(self, nv: Any) -> None:
         self.nv = nv
 
-    def has(self, fn: str) -> bool:
-        """True when the binding has the NVML function ``fn`` (the library may still lack it)."""
-        return getattr(self.nv, fn, None) is not None
-
     def _invoke(self, fn: str, *args: Any) -> Any:
         """``pynvml.<fn>(*args)``; raises GpuLost on NVML_ERROR_GPU_IS_LOST, NvmlCallError
         (NVML_ERROR_FUNCTION_NOT_FOUND for a binding without ``fn``) on any other error."""
@@ -302,9 +298,12 @@ class Session:
 
 
 def init() -> tuple[Session | None, str]:
-    """``nvmlInit``: ``(Session, "")``, or ``(None, why)`` without nvidia-ml-py or when nvmlInit
-    fails (no ``libnvidia-ml.so.1``: NVML_ERROR_LIBRARY_NOT_FOUND; no driver:
-    NVML_ERROR_DRIVER_NOT_LOADED ...). Never raises; blocks as long as the driver does."""
+    """``nvmlInit``: ``(Session, "")``, or ``(None, why)`` where there is no NVML -- no
+    nvidia-ml-py, no ``libnvidia-ml.so.1`` (NVML_ERROR_LIBRARY_NOT_FOUND, or a library that is
+    not NVML), no driver loaded (NVML_ERROR_DRIVER_NOT_LOADED, :data:`NO_DRIVER`). Any other
+    nvmlInit failure is a driver that is there and broken (NVML_ERROR_RM_VERSION_MISMATCH after
+    a driver upgrade without a reload, NVML_ERROR_UNKNOWN...): raises :class:`NvmlCallError`,
+    never taken for a node without GPUs. Blocks as long as the driver does."""
     try:
         import pynvml
     except ImportError:
@@ -312,7 +311,10 @@ def init() -> tuple[Session | None, str]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
-        return None, f"nvmlInit: {return_name(int(e.value))} ({e})"
+        ret = int(e.value)
+        if ret not in NO_DRIVER:
+            raise NvmlCallError("nvmlInit", ret) from None
+        return None, f"nvmlInit: {return_name(ret)} ({e})"
     except OSError as e:  # a library that loads but is not NVML
         return None, f"nvmlInit: {e}"
     return Session(pynvml), ""
@@ -321,8 +323,9 @@ def init() -> tuple[Session | None, str]:
 def query(fn: Callable[[Session], T], timeout_s: float, what: str) -> tuple[T | None, str]:
     """One NVML operation from init to shutdown, under :func:`call_with_timeout`: ``(fn(session),
     "")``, or ``(None, why)`` without NVML (:func:`init`). Raises :class:`NvmlTimeout` when it
-    does not return within ``timeout_s``; ``fn``'s own exceptions (GpuLost, NvmlCallError)
-    propagate."""
+    does not return within ``timeout_s``, :class:`NvmlCallError` for a broken driver's nvmlInit,
+    ValueError for a ``timeout_s`` that is not a positive number; ``fn``'s own exceptions
+    (GpuLost, NvmlCallError) propagate."""
 
     def run() -> tuple[T | None, str]:
         s, why = init()

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nodewarden import collectors
+from nodewarden import kmsg as kmsg_reader
 
 DEFAULT_PATH = "/etc/nodewarden/agent.toml"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -114,8 +115,8 @@ class AgentConfig:
     collector_timeout_seconds: float = 5.0
     sysfs: str = "/sys"
     procfs: str = "/proc"
-    kmsg: str = "/dev/kmsg"
-    boot_id_path: str = "/proc/sys/kernel/random/boot_id"
+    kmsg: str = kmsg_reader.KMSG
+    boot_id_path: str = kmsg_reader.BOOT_ID
     collectors: tuple[tuple[str, bool], ...] = tuple((c, True) for c in COLLECTORS)
     accept_injected: bool = False
     flash_cut_max_seconds: float = 60.0

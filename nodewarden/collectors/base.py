@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from nodewarden.events import FaultEvent
+from nodewarden.sysfs.attrs import printable
 
 GAUGE, COUNTER = "gauge", "counter"
 
@@ -50,7 +51,10 @@ class Snapshot:
     def add(self, name: str, labels: dict[str, str] | tuple[tuple[str, str], ...], value: float,
             kind: str = GAUGE, help: str = "") -> None:
         lab = tuple(labels.items()) if isinstance(labels, dict) else labels
+        if not all(v.isascii() for _, v in lab):
+            lab = tuple((k, printable(v)) for k, v in lab)  # a name read from a directory
         self.samples.append(Sample(name, lab, float(value), kind, help))
+
 
 
 class Collector(Protocol):

@@ -70,8 +70,11 @@ def dimm_counts(mc: Controller) -> dict[tuple[str, str], int]:
             for ch in row.channels:
                 add(ch.label or f"{row.name}_ch{ch.index}", CE, ch.ce)
                 known += ch.ce or 0
-            if row.ce is not None and (not row.channels or row.ce > known):
-                add(row.name, CE, row.ce - known)  # CEs the driver could not give a channel
+            # CEs the driver could not give a channel; not while a channel's count is unreadable
+            # (its CEs would pass for the row's: a false event, then a count that falls).
+            if row.ce is not None and all(ch.ce is not None for ch in row.channels) and (
+                    not row.channels or row.ce > known):
+                add(row.name, CE, row.ce - known)
             add(row.name, UE, row.ue)
     if mc.dimms or mc.csrows:
         add(UNKNOWN, CE, mc.ce_noinfo)

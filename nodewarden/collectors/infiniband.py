@@ -43,7 +43,8 @@ exported.
 
 The ports are read by :func:`nodewarden.sysfs.infiniband.read_devices` (the records the links
 check judges too); ``link_layer`` of a port without that file is ``InfiniBand``
-(:func:`~nodewarden.sysfs.infiniband.read_link_layer`). Between two polls the collector emits
+(:func:`~nodewarden.sysfs.infiniband.read_link_layer`; an unreadable one is labelled by
+:func:`~nodewarden.sysfs.infiniband.link_layer`). Between two polls the collector emits
 ``ib_link_down`` when a port stops being active and ``ib_link_up`` when it is again (source
 ``sysfs``, device ``mlx5_0/1``), active as :func:`~nodewarden.sysfs.infiniband.port_active`
 decides; :meth:`InfinibandCollector.ports` hands the latest records to the flash-cut detector.
@@ -59,6 +60,7 @@ from typing import Callable, Collection
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.sysfs.attrs import AttrReader, natural_key
+from nodewarden.sysfs import infiniband
 from nodewarden.sysfs.infiniband import Port, parse_ib_rate, read_devices
 
 NAME = "infiniband"
@@ -147,7 +149,7 @@ def saturation_max(counter: str, extended: bool) -> int | None:
 
 def rate_bytes_per_second(text: str | None) -> float | None:
     """``400 Gb/sec (4X NDR)`` -> 5e10 (bytes/s); unparsable -> None."""
-    gbit = parse_ib_rate(text)[0]
+    gbit = parse_ib_rate(text).gbit
     return gbit * 1e9 / 8 if gbit is not None else None
 
 
@@ -170,7 +172,7 @@ class InfinibandCollector:
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
-        if not (self.sysfs / "class" / "infiniband").is_dir():
+        if not infiniband.present(self.sysfs):
             self._ports = {}
             return snap
         reader = AttrReader()
@@ -197,7 +199,7 @@ def _port_samples(snap: Snapshot, p: Port, board: str | None, fw: str | None) ->
     if rate is not None:
         snap.add("nodewarden_ib_port_rate_bytes_per_second", labels, rate, GAUGE,
                  HELP["nodewarden_ib_port_rate_bytes_per_second"])
-    info = labels + (("link_layer", p.link_layer or ""), ("board_id", board or ""), ("fw_ver", fw or ""))
+    info = labels + (("link_layer", infiniband.link_layer(p)), ("board_id", board or ""), ("fw_ver", fw or ""))
     snap.add("nodewarden_ib_port_info", info, 1, GAUGE, HELP["nodewarden_ib_port_info"])
     extended = extended_counters(p.counters)
     for counter, value in p.counters.items():
@@ -252,5 +254,5 @@ def port_event(kind: str, new: Port, old: Port, now: float,
         source="sysfs", device=new.key,
         attrs={"rdma_device": new.device, "port": new.port, "state": state, "state_code": new.state,
                "phys_state": phys, "phys_state_code": new.phys_state, "link_downed": new.link_downed,
-               "previous_state": old.state_name or str(old.state), "link_layer": new.link_layer,
+               "previous_state": old.state_name or str(old.state), "link_layer": infiniband.link_layer(new),
                "since": since})

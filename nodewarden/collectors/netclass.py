@@ -11,7 +11,7 @@ interfaces have no ``device`` link). Series, per ``device`` (the interface name)
 * ``nodewarden_net_carrier_changes_total`` (``carrier_changes``)
 * ``nodewarden_net_carrier_up_changes_total``, ``nodewarden_net_carrier_down_changes_total``
   (``carrier_up_count``/``carrier_down_count``, when present)
-* ``nodewarden_net_up`` (1 when ``operstate`` is ``up``), ``nodewarden_net_carrier`` (when readable)
+* ``nodewarden_net_up`` (1 when the link is up: :func:`nodewarden.sysfs.net.is_up`, the links check's rule), ``nodewarden_net_carrier`` (when readable)
 * ``nodewarden_net_speed_bytes_per_second`` (when the speed is known)
 * ``nodewarden_collector_unreadable_files{collector="netclass"}`` (``carrier`` and ``speed``
   refuse reads on a down interface by design: those are not counted)
@@ -33,7 +33,7 @@ from typing import Callable
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.sysfs.attrs import AttrReader
-from nodewarden.sysfs.net import Netdev, is_physical, read_netdevs
+from nodewarden.sysfs.net import Netdev, is_physical, is_up, read_netdevs
 
 NAME = "netclass"
 UNREADABLE = "nodewarden_collector_unreadable_files"
@@ -41,7 +41,7 @@ HELP = {
     "nodewarden_net_carrier_changes_total": "Carrier changes of the interface (carrier_changes).",
     "nodewarden_net_carrier_up_changes_total": "Carrier up transitions (carrier_up_count).",
     "nodewarden_net_carrier_down_changes_total": "Carrier down transitions (carrier_down_count).",
-    "nodewarden_net_up": "1 when the interface's operstate is up.",
+    "nodewarden_net_up": "1 when the interface's link is up (operstate up; carrier 1 where operstate is unknown).",
     "nodewarden_net_carrier": "Physical link carrier (1 present, 0 absent).",
     "nodewarden_net_speed_bytes_per_second": "Negotiated link speed.",
     UNREADABLE: "Files the collector found but could not read or parse in its latest poll.",
@@ -49,18 +49,6 @@ HELP = {
 
 
 # ---- pure ------------------------------------------------------------------------------------
-
-def link_up(operstate: str | None, carrier: int | None) -> bool:
-    """RFC 2863 operstate ``up``; drivers that leave it ``unknown`` are judged by the carrier."""
-    if operstate in (None, "", "unknown"):
-        return carrier == 1
-    return operstate == "up"
-
-
-def is_up(d: Netdev) -> bool:
-    """:func:`link_up` of an interface record."""
-    return link_up(d.operstate, d.carrier)
-
 
 def link_events(before: Netdev | None, after: Netdev, now: float,
                 since: float | None = None) -> list[ev.FaultEvent]:
@@ -119,6 +107,8 @@ class NetclassCollector:
         current = {d.name: d for d in read_netdevs(self.sysfs, r) if is_physical(d)}
         if not current:
             self._last = {}
+            if r.unreadable:  # files found unreadable count even when no interface survived them
+                snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
             return snap
         for d in current.values():
             _samples(snap, d)
@@ -137,8 +127,8 @@ def _samples(snap: Snapshot, d: Netdev) -> None:
                           (d.carrier_down_count, "nodewarden_net_carrier_down_changes_total")):
         if value is not None:
             snap.add(metric, lab, value, COUNTER, HELP[metric])
-    if d.operstate is not None:
-        snap.add("nodewarden_net_up", lab, 1 if d.operstate == "up" else 0, GAUGE, HELP["nodewarden_net_up"])
+    if d.operstate is not None or d.carrier is not None:
+        snap.add("nodewarden_net_up", lab, 1 if is_up(d) else 0, GAUGE, HELP["nodewarden_net_up"])
     if d.carrier is not None:
         snap.add("nodewarden_net_carrier", lab, d.carrier, GAUGE, HELP["nodewarden_net_carrier"])
     if d.speed_mbit is not None:

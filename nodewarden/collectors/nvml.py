@@ -388,7 +388,9 @@ class NvmlCollector:
 
     # -- NVML lifetime ----------------------------------------------------------------------------
     def _ensure_init(self) -> bool:
-        """nvmlInit once, and again on a later poll after it failed (driver loaded late)."""
+        """nvmlInit once, and again on a later poll after it failed (driver loaded late). A driver
+        that is there and broken raises :class:`~nodewarden.nvml.NvmlCallError` (the poll fails:
+        ``nodewarden_collector_success`` 0), never taken for a node without GPUs."""
         if self._session is not None:
             return True
         session, why = nvml.init()

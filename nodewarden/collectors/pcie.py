@@ -106,7 +106,7 @@ class PcieCollector:
         functions = read_functions(self.sysfs, r, VENDORS)  # bus order
         for f in functions:
             self._function(snap, f)
-        if functions:
+        if functions or r.unreadable:  # files found unreadable count even when no function survived them
             snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
         self._aer = self._seen  # a function gone this poll starts a new baseline when it is back
         return snap

@@ -156,14 +156,20 @@ class FlashCutDetector:
     # ---- internals ---------------------------------------------------------------------------
 
     def _key(self, e: ev.FaultEvent) -> Key | None:
-        a = e.attrs
+        # Events of journals and frames: a device or port that is no string or number (None, a
+        # NaN, a list) names no port.
+        a = e.attrs if isinstance(e.attrs, dict) else {}
+        device = e.device if isinstance(e.device, str) else ""
         if e.kind in (ev.NET_LINK_DOWN, ev.NET_LINK_UP):
-            netdev = a.get("netdev") or e.device
+            netdev = a.get("netdev") if isinstance(a.get("netdev"), str) else device
             return self._netdevs.get(netdev, (netdev, None)) if netdev else None
-        if a.get("rdma_device") and a.get("port") is not None:
-            return str(a["rdma_device"]), int(a["port"])
-        dev, sep, port = (e.device or "").rpartition("/")
-        return (dev, int(port)) if sep and dev and port.isdigit() else None
+        rdma, port_attr = a.get("rdma_device"), a.get("port")
+        if isinstance(rdma, str) and rdma and (isinstance(port_attr, int) and not isinstance(port_attr, bool)
+                                               or isinstance(port_attr, str) and port_attr.isascii()
+                                               and port_attr.isdigit()):
+            return rdma, int(port_attr)
+        dev, sep, port = device.rpartition("/")
+        return (dev, int(port)) if sep and dev and port.isascii() and port.isdigit() else None
 
     def _port(self, key: Key) -> _Port:
         p = self._ports.get(key)

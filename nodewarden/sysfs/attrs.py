@@ -1,27 +1,57 @@
 """Reading sysfs attributes and directories: one small file read, one sorted listing, and the
-``N: NAME`` value form several class directories print. Pure apart from the two reads; never raises."""
+value forms several class directories print (``N: NAME``, a decimal count). Pure apart from the
+reads; never raises, never blocks.
+
+A sysfs attribute is a regular file. Anything else where one is expected -- a FIFO, a socket, a
+device node, a directory -- is refused unread (a FIFO would block the reader for ever), as is a
+file that cannot be opened: the field is None, and an :class:`AttrReader` counts the file.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+ATTR_LIMIT = 4096  # a sysfs attribute is at most one page (Documentation/filesystems/sysfs.rst)
+
+
+def _read(path: Path, limit: int) -> str | None:
+    """The text of the regular file ``path`` (at most ``limit`` bytes, UTF-8 with replacement),
+    stripped; None when absent, not a regular file, or unreadable. Opened non-blocking."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0:
+            data = os.read(fd, left)
+            if not data:
+                break
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_attr(path: Path) -> str | None:
     """A sysfs attribute's text (at most 4 KiB, UTF-8 with replacement), stripped; None when
-    absent or unreadable (EINVAL: the kernel refuses e.g. ``speed`` of a down interface)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4096).decode("utf-8", "replace").strip()
-    except OSError:
-        return None
+    absent, not a regular file, or unreadable (EINVAL: the kernel refuses e.g. ``speed`` of a
+    down interface). Not counted: for the attributes whose refusal is their normal answer."""
+    return _read(path, ATTR_LIMIT)
 
 
 def natural_key(text: str) -> list[Any]:
     """Sort key that orders ``mlx5_2`` before ``mlx5_10``."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
+    return [int(t) if t.isdigit() and t.isascii() else t for t in re.split(r"(\d+)", text)]
 
 
 def listdir(path: Path) -> list[str]:
@@ -32,14 +62,34 @@ def listdir(path: Path) -> list[str]:
         return []
 
 
-def parse_code_name(text: str | None) -> tuple[int | None, str | None]:
-    """``4: ACTIVE`` -> (4, "ACTIVE"); ``ACTIVE`` -> (None, "ACTIVE"); None -> (None, None)."""
+def printable(name: str) -> str:
+    """A directory entry's name as records carry it: the bytes of a name that are no UTF-8 are
+    held as surrogates (``eno1\\udcff``), which no label, JSON or terminal can carry; they are
+    written ``\\xff`` (``eno1\\xff``), valid UTF-8 kept as it is."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_decimal(text: str) -> bool:
+    """ASCII decimal digits only (``str.isdigit`` also accepts ``²`` and other digits ``int``
+    refuses)."""
+    return text.isascii() and text.isdigit()
+
+
+class CodeName(NamedTuple):
+    """An ``N: NAME`` attribute: ``code`` (None for a text-only value) and ``name``."""
+
+    code: int | None
+    name: str | None
+
+
+def parse_code_name(text: str | None) -> CodeName:
+    """``4: ACTIVE`` -> (4, "ACTIVE"); ``ACTIVE`` -> (None, "ACTIVE"); None or empty -> (None, None)."""
     if not text:
-        return None, None
+        return CodeName(None, None)
     code, sep, name = text.partition(":")
-    if sep and code.strip().isdigit():
-        return int(code), name.strip()
-    return None, text.strip()
+    if sep and is_decimal(code.strip()):
+        return CodeName(int(code), name.strip())
+    return CodeName(None, text.strip())
 
 
 def parse_counter(text: str | None) -> int | None:
@@ -47,27 +97,24 @@ def parse_counter(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if is_decimal(text) else None
 
 
 class AttrReader:
-    """Thin sysfs reads that count the files found but unreadable (a read error, ``N/A (no
-    PMA)``, a number that is not one), so that one bad file costs one series, never the poll.
-    Every module of :mod:`nodewarden.sysfs` reads through one; its ``unreadable`` is the count
-    the collectors export as ``nodewarden_collector_unreadable_files``."""
+    """Thin sysfs reads that count the files found but unreadable (a read error, not a regular
+    file, ``N/A (no PMA)``, a value that is not of its file's form), so that one bad file costs
+    one series, never the poll. Every module of :mod:`nodewarden.sysfs` reads through one; its
+    ``unreadable`` is the count the collectors export as ``nodewarden_collector_unreadable_files``."""
 
     def __init__(self) -> None:
         self.unreadable = 0
 
-    def text(self, path: Path) -> str | None:
+    def text(self, path: Path, limit: int = ATTR_LIMIT) -> str | None:
         """The attribute's text, stripped; None when absent or unreadable (counted if present)."""
-        try:
-            with open(path, "rb") as f:
-                return f.read(4096).decode("utf-8", "replace").strip()
-        except OSError:
-            if os.path.lexists(path):
-                self.unreadable += 1
-            return None
+        text = _read(path, limit)
+        if text is None and os.path.lexists(path):
+            self.unreadable += 1
+        return text
 
     def counter(self, path: Path) -> int | None:
         """A non-negative decimal count; None (and counted) when present but not a number."""
@@ -76,3 +123,18 @@ class AttrReader:
         if value is None and text is not None:
             self.unreadable += 1
         return value
+
+    def parsed(self, text: str | None, value: Any) -> Any:
+        """``value`` (what a parser made of ``text``), counting ``text`` as unreadable when it was
+        read but the parser made nothing of it (None)."""
+        if value is None and text is not None:
+            self.unreadable += 1
+        return value
+
+    def gone(self, path: Path) -> bool:
+        """True (and counted) when the directory ``path`` listed a moment ago is no longer one:
+        vanished while read (a GPU that fell off the bus), a dangling link."""
+        if os.path.isdir(path):
+            return False
+        self.unreadable += 1
+        return True

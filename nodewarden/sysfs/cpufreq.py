@@ -5,23 +5,23 @@ Kernel ABI: ``Documentation/admin-guide/pm/cpufreq.rst`` (``scaling_governor``,
 ``scaling_cur_freq``, ``scaling_max_freq``, ``cpuinfo_max_freq``, all frequencies in kHz) and
 ``Documentation/filesystems/proc.rst`` (``cpu MHz`` lines of ``/proc/cpuinfo``, x86). Both roots
 are parameters: a fixture tree is read as it is, never the machine the process runs on. The one
-rule for "the CPU frequency" of a node is :func:`mean_frequency_hz`.
+rule for "the CPU frequency" of a node is :func:`mean_frequency_hz` (read by :func:`cpu_frequency`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from nodewarden.sysfs.attrs import AttrReader, listdir
 
 CPUFREQ, CPUINFO = "cpufreq", "cpuinfo"
 
-_CPU_DIR = re.compile(r"cpu(\d+)")
-_MHZ = re.compile(r"^cpu MHz\s*:\s*([\d.]+)", re.M)
+_CPU_DIR = re.compile(r"cpu(\d+)", re.ASCII)
+_MHZ_LINE = re.compile(r"^cpu MHz\b", re.M | re.ASCII)
+_MHZ = re.compile(r"^cpu MHz\s*:\s*(\d+(?:\.\d+)?)\s*$", re.M | re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -60,17 +60,20 @@ def read_cpus(sysfs: Path, reader: AttrReader | None = None, cpus: Iterable[int]
     return out
 
 
+CPUINFO_LIMIT = 16 << 20  # /proc/cpuinfo: ~1.3 KiB per CPU, far beyond one page
+
+
 def cpuinfo_mhz(procfs: Path, reader: AttrReader | None = None) -> list[float]:
-    """The ``cpu MHz`` of every CPU in ``<procfs>/cpuinfo`` (x86 prints one per CPU); ``[]``
-    when the file or the lines are absent."""
-    path = Path(procfs) / "cpuinfo"
-    try:
-        text = path.read_text(errors="replace")  # one line per field per CPU: more than 4 KiB
-    except OSError:
-        if reader is not None and os.path.lexists(path):
-            reader.unreadable += 1
+    """The ``cpu MHz`` of every CPU in ``<procfs>/cpuinfo`` (x86 prints one per CPU, ``cpu MHz
+    : 2400.000``); ``[]`` when the file or the lines are absent. A ``cpu MHz`` line of another
+    form is left out (and counted by ``reader``)."""
+    reader = reader if reader is not None else AttrReader()
+    text = reader.text(Path(procfs) / "cpuinfo", limit=CPUINFO_LIMIT)
+    if text is None:
         return []
-    return [float(m) for m in _MHZ.findall(text)]
+    values = [float(m) for m in _MHZ.findall(text)]
+    reader.unreadable += max(0, len(_MHZ_LINE.findall(text)) - len(values))
+    return values
 
 
 def governors(records: Iterable[CpuFreq]) -> dict[int, str]:
@@ -78,13 +81,33 @@ def governors(records: Iterable[CpuFreq]) -> dict[int, str]:
     return {r.cpu: r.governor for r in records if r.governor is not None}
 
 
-def mean_frequency_hz(records: list[CpuFreq], mhz: list[float]) -> tuple[float | None, str | None]:
-    """The node's CPU frequency in Hz and where it came from: the mean ``scaling_cur_freq`` of
-    ``records`` (source ``cpufreq``; the frequency None when no CPU's could be read), else the
-    mean ``cpu MHz`` of ``/proc/cpuinfo`` (``cpuinfo``); (None, None) when neither is there."""
-    if records:
-        cur = [r.cur_khz * 1e3 for r in records if r.cur_khz is not None]
-        return (sum(cur) / len(cur) if cur else None), CPUFREQ
+class Frequency(NamedTuple):
+    """The CPU frequency of a set of CPUs: ``hz`` (Hz; None when nothing could be read) and
+    ``source`` (``cpufreq``, ``cpuinfo``, None)."""
+
+    hz: float | None
+    source: str | None
+
+
+def mean_frequency_hz(records: list[CpuFreq], mhz: list[float]) -> Frequency:
+    """The one rule for "the CPU frequency": the mean ``scaling_cur_freq`` of ``records`` that
+    have one (source ``cpufreq``), else -- no cpufreq, or cpufreq directories whose
+    ``scaling_cur_freq`` none could read -- the mean ``cpu MHz`` of ``/proc/cpuinfo``
+    (``cpuinfo``); (None, None) when neither is there."""
+    cur = [r.cur_khz * 1e3 for r in records if r.cur_khz is not None]
+    if cur:
+        return Frequency(sum(cur) / len(cur), CPUFREQ)
     if mhz:
-        return sum(mhz) / len(mhz) * 1e6, CPUINFO
-    return None, None
+        return Frequency(sum(mhz) / len(mhz) * 1e6, CPUINFO)
+    return Frequency(None, None)
+
+
+def cpu_frequency(sysfs: Path, procfs: Path, records: list[CpuFreq] | None = None,
+                  cpus: Iterable[int] | None = None) -> Frequency:
+    """:func:`mean_frequency_hz` of ``cpus`` (default: every CPU) read under ``sysfs`` (or the
+    ``records`` already read of them), falling back to ``<procfs>/cpuinfo`` (whose ``cpu MHz``
+    lines are all the CPUs': no per-CPU choice there)."""
+    records = read_cpus(sysfs, cpus=cpus) if records is None else records
+    if any(r.cur_khz is not None for r in records):
+        return mean_frequency_hz(records, [])
+    return mean_frequency_hz(records, cpuinfo_mhz(procfs))

@@ -28,10 +28,10 @@ from pathlib import Path
 from nodewarden.sysfs.attrs import AttrReader, listdir
 
 MC_DIR = Path("devices", "system", "edac", "mc")  # below the sysfs root
-_MC = re.compile(r"^mc\d+$")
-_DIMM = re.compile(r"^(?:dimm|rank)\d+$")
-_CSROW = re.compile(r"^csrow\d+$")
-_CH_CE = re.compile(r"^ch(\d+)_ce_count$")
+_MC = re.compile(r"^mc\d+$", re.ASCII)
+_DIMM = re.compile(r"^(?:dimm|rank)\d+$", re.ASCII)
+_CSROW = re.compile(r"^csrow\d+$", re.ASCII)
+_CH_CE = re.compile(r"^ch(\d+)_ce_count$", re.ASCII)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ Kernel ABI: ``Documentation/ABI/stable/sysfs-class-infiniband`` (the files) and
 ``counters/*``, the driver's ``hw_counters/*``). One record per device and per port; the readers
 take the sysfs root and an :class:`~nodewarden.sysfs.attrs.AttrReader` that counts the files
 found but unreadable. The rules every reader of a port follows are here: :func:`port_active`
-(is this port up?) and :func:`read_link_layer` (a missing ``link_layer`` is InfiniBand).
+(is this port up?), :func:`read_link_layer` (a missing ``link_layer`` file is InfiniBand) and
+:func:`link_layer` (an unreadable one is judged and labelled InfiniBand too).
 """
 
 from __future__ import annotations
@@ -15,32 +16,46 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, listdir, parse_code_name
+from nodewarden.sysfs.attrs import AttrReader, CodeName, is_decimal, listdir, parse_code_name, printable
 
 # ib_port_state / ib_port_phys_state (include/rdma/ib_verbs.h), as sysfs prints them: "N: NAME".
 IB_ACTIVE, IB_LINKUP = 4, 5
 INFINIBAND, ETHERNET = "InfiniBand", "Ethernet"
+# The names drivers/infiniband/core/sysfs.c prints beside the numbers (state_show,
+# phys_state_show): a text-only value is read as the number it names.
+PORT_STATES = {"NOP": 0, "DOWN": 1, "INIT": 2, "ARMED": 3, "ACTIVE": 4, "ACTIVE_DEFER": 5}
+PHYS_STATES = {"Sleep": 1, "Polling": 2, "Disabled": 3, "PortConfigurationTraining": 4, "LinkUp": 5,
+               "LinkErrorRecovery": 6, "Phy Test Mode": 7}
 # The ABI document names the file port_rcv_contraint_errors (sic); kernels create
 # port_rcv_constraint_errors (Y-002/Y-003). Both read as the correct name.
 COUNTER_ALIASES = {"port_rcv_contraint_errors": "port_rcv_constraint_errors"}
 # hw_counters/lifespan is the counters' cache lifetime in ms: a setting, not a count.
 NOT_COUNTERS = ("lifespan",)
 
-_RATE = re.compile(r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\))?")
+_RATE = re.compile(r"^\s*(?P<gbit>\d+(?:\.\d+)?)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Za-z0-9]*)\))?", re.ASCII)
 
 
 # ---- value forms -------------------------------------------------------------------------------
 
-def parse_ib_rate(text: str | None) -> tuple[float | None, int | None, str | None]:
+class IbRate(NamedTuple):
+    """A port ``rate``: ``gbit`` (Gbit/s), ``lanes`` (the active width) and ``speed`` (``NDR``)."""
+
+    gbit: float | None
+    lanes: int | None
+    speed: str | None
+
+
+def parse_ib_rate(text: str | None) -> IbRate:
     """``rate``: ``400 Gb/sec (4X NDR)`` -> (400.0 Gbit/s, 4 lanes, "NDR"); ``2.5 Gb/sec (1X SDR)``
-    -> (2.5, 1, "SDR"); unreadable -> (None, None, None)."""
+    -> (2.5, 1, "SDR"); unreadable or another form -> (None, None, None)."""
     m = _RATE.match(text or "")
     if not m:
-        return None, None, None
-    return float(m.group("gbit")), int(m.group("width")) if m.group("width") else None, m.group("speed") or None
+        return IbRate(None, None, None)
+    return IbRate(float(m.group("gbit")), int(m.group("width")) if m.group("width") else None,
+                  m.group("speed") or None)
 
 
 def counter_name(filename: str) -> str:
@@ -58,9 +73,9 @@ class Port:
 
     device: str                               # class/infiniband/<device>
     port: int                                 # ports/<port>
-    state: int | None                         # ports/<port>/state: the number of "4: ACTIVE"
+    state: int | None                         # ports/<port>/state: the number of "4: ACTIVE" (of "ACTIVE")
     state_name: str | None                    # ports/<port>/state: the name ("ACTIVE")
-    phys_state: int | None                    # ports/<port>/phys_state: the number of "5: LinkUp"
+    phys_state: int | None                    # ports/<port>/phys_state: the number of "5: LinkUp" (of "LinkUp")
     phys_state_name: str | None               # ports/<port>/phys_state: the name ("LinkUp")
     rate: str | None                          # ports/<port>/rate ("400 Gb/sec (4X NDR)")
     link_layer: str | None                    # ports/<port>/link_layer (see read_link_layer)
@@ -86,7 +101,7 @@ class Port:
     @property
     def rate_gbit(self) -> float | None:
         """The ``rate`` in Gbit/s (400.0 for ``400 Gb/sec (4X NDR)``); None when unreadable."""
-        return parse_ib_rate(self.rate)[0]
+        return parse_ib_rate(self.rate).gbit
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -122,6 +137,14 @@ def port_active(port: Port) -> bool | None:
     return active and linkup
 
 
+def link_layer(port: Port) -> str:
+    """The port's link layer as every reader names it: ``Ethernet`` (RoCE, iWARP) when its
+    ``link_layer`` says so, else ``InfiniBand`` -- also when the file is unreadable (the reader
+    counted it; the links check warns naming it): a fabric port whose layer cannot be read is
+    held to the InfiniBand rules rather than let off as RoCE."""
+    return ETHERNET if port.link_layer == ETHERNET else INFINIBAND
+
+
 def read_link_layer(pdir: Path, reader: AttrReader) -> str | None:
     """``ports/<n>/link_layer``: ``InfiniBand`` or ``Ethernet`` (RoCE, iWARP). A missing file is
     ``InfiniBand``: kernels before ``link_layer`` existed had IB-only RDMA devices. A file that
@@ -139,10 +162,23 @@ def present(sysfs: Path) -> bool:
     return (Path(sysfs) / "class" / "infiniband").is_dir()
 
 
+def _code_name(reader: AttrReader, path: Path, names: Mapping[str, int]) -> CodeName:
+    """``state``/``phys_state``: ``N: NAME``, or a text-only name (its number from ``names``
+    when it is one of the kernel's); empty or unreadable -> (None, None), counted."""
+    text = reader.text(path)
+    value = parse_code_name(text)
+    reader.parsed(text, value.name)
+    if value.code is None and value.name is not None:
+        return CodeName(names.get(value.name), value.name)
+    return value
+
+
 def read_port(device: str, port: int, pdir: Path, reader: AttrReader) -> Port:
-    """One port directory (``class/infiniband/<device>/ports/<port>``) as a :class:`Port`."""
-    state = parse_code_name(reader.text(pdir / "state"))
-    phys = parse_code_name(reader.text(pdir / "phys_state"))
+    """One port directory (``class/infiniband/<device>/ports/<port>``) as a :class:`Port`; a
+    ``state``/``phys_state`` that is empty, or a ``rate`` that is not ``N Gb/sec``, is None and
+    counted as the unreadable files are."""
+    state = _code_name(reader, pdir / "state", PORT_STATES)
+    phys = _code_name(reader, pdir / "phys_state", PHYS_STATES)
     layer = read_link_layer(pdir, reader)
     counters: dict[str, int | None] = {}
     for fname in listdir(pdir / "counters"):
@@ -151,33 +187,40 @@ def read_port(device: str, port: int, pdir: Path, reader: AttrReader) -> Port:
           for fname in listdir(pdir / "hw_counters") if fname not in NOT_COUNTERS}
     # The GID table's netdev (a bond for a LAG device); an InfiniBand port has none (EINVAL).
     netdev = reader.text(pdir / "gid_attrs" / "ndevs" / "0") if layer == ETHERNET else None
-    return Port(device, port, state[0], state[1], phys[0], phys[1], reader.text(pdir / "rate"), layer,
-                netdev or None, counters, hw)
+    rate = reader.text(pdir / "rate")
+    if reader.parsed(rate, parse_ib_rate(rate).gbit) is None:
+        rate = None
+    return Port(device, port, state.code, state.name, phys.code, phys.name, rate, layer, netdev or None,
+                counters, hw)
 
 
 def read_devices(sysfs: Path, reader: AttrReader | None = None) -> list[Device]:
     """Every RDMA device under ``<sysfs>/class/infiniband`` with its ports (``mlx5_2`` before
-    ``mlx5_10``); ``[]`` when the directory is absent. Never raises: a port that vanishes while
-    read is left out and counted."""
+    ``mlx5_10``); ``[]`` when the directory is absent. Never raises: a device or a port that is
+    no directory (vanished while read, a dangling link), or a port entry that is no port number,
+    is left out and counted."""
     reader = reader if reader is not None else AttrReader()
     root = Path(sysfs) / "class" / "infiniband"
     out = []
     for name in listdir(root):
         ddir = root / name
+        if reader.gone(ddir):
+            continue
         try:
             pci = normalize_pci(os.path.basename(os.path.realpath(ddir / "device")))
         except OSError:
             pci = None
         ports = []
         for num in listdir(ddir / "ports"):
-            if not num.isdigit():
-                continue
-            try:
-                ports.append(read_port(name, int(num), ddir / "ports" / num, reader))
-            except OSError:  # the port vanished while being read: the others still answer
+            pdir = ddir / "ports" / num
+            if not is_decimal(num):
                 reader.unreadable += 1
-        out.append(Device(name, pci, reader.text(ddir / "hca_type"), reader.text(ddir / "fw_ver"),
-                          reader.text(ddir / "board_id"), tuple(listdir(ddir / "device" / "net")), tuple(ports)))
+                continue
+            if not reader.gone(pdir):
+                ports.append(read_port(printable(name), int(num), pdir, reader))
+        netdevs = tuple(printable(n) for n in listdir(ddir / "device" / "net"))
+        out.append(Device(printable(name), pci, reader.text(ddir / "hca_type"), reader.text(ddir / "fw_ver"),
+                          reader.text(ddir / "board_id"), netdevs, tuple(ports)))
     return out
 
 

@@ -4,17 +4,19 @@ Kernel ABI: ``Documentation/ABI/testing/sysfs-class-net`` (``operstate``, ``carr
 in Mb/s, ``type`` (``ARPHRD_*``), ``carrier_changes`` since 3.15, ``carrier_up_count``/
 ``carrier_down_count`` since 4.16), ``bonding/slaves`` (Documentation/networking/bonding.rst).
 ``carrier`` and ``speed`` answer EINVAL while an interface is down: by design, so those two
-reads are not counted as unreadable. The rule for "a physical interface" is :func:`is_physical`.
+reads are not counted as unreadable. The rules for "a physical interface" and "its link is up"
+are :func:`is_physical` and :func:`is_up`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, listdir, read_attr
+from nodewarden.sysfs.attrs import AttrReader, listdir, printable, read_attr
 
 # include/uapi/linux/if_arp.h
 ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
@@ -22,19 +24,30 @@ ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
 
 def parse_speed(text: str | None) -> int | None:
     """``speed``: ``100000`` -> 100000 (Mb/s); ``-1`` (unknown), ``0``, garbage, unreadable -> None."""
-    try:
-        mbit = int(text) if text is not None else None
-    except ValueError:
+    if text is None or not re.fullmatch(r"-?\d+", text, re.ASCII):
         return None
-    return mbit if mbit is not None and mbit > 0 else None
+    mbit = int(text)
+    return mbit if mbit > 0 else None
 
 
-def parse_int(text: str | None) -> int | None:
-    """``carrier``: ``1`` -> 1; unreadable or garbage -> None."""
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+def parse_carrier(text: str | None) -> int | None:
+    """``carrier``: ``1`` -> 1, ``0`` -> 0; unreadable or anything else -> None."""
+    return int(text) if text in ("0", "1") else None
+
+
+def _speed(reader: AttrReader, path: Path) -> int | None:
+    """``speed``: refused (EINVAL) while down, ``-1`` when unknown: neither is counted; text that
+    is no number is."""
+    text = read_attr(path)
+    if text is not None and not re.fullmatch(r"-?\d+", text, re.ASCII):
+        reader.unreadable += 1
+    return parse_speed(text)
+
+
+def _carrier(reader: AttrReader, path: Path) -> int | None:
+    """``carrier``: refused (EINVAL) while down, not counted; text other than 0/1 is."""
+    text = read_attr(path)
+    return reader.parsed(text, parse_carrier(text))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,6 +70,15 @@ class Netdev:
     bond_slaves: tuple[str, ...] = ()    # bonding/slaves
 
 
+def is_up(d: Netdev) -> bool:
+    """The interface's link is up: RFC 2863 operstate ``up``; for a driver that leaves operstate
+    ``unknown`` (or unreadable), the carrier (``carrier`` 1). The one rule of the links check,
+    ``nodewarden_net_up`` and the ``net_link_down``/``net_link_up`` events."""
+    if d.operstate in (None, "", "unknown"):
+        return d.carrier == 1
+    return d.operstate == "up"
+
+
 def is_physical(d: Netdev) -> bool:
     """A physical interface: it has a ``device`` link (the kernel's own notion, as node_exporter's:
     ``lo``, veth, docker and other virtual interfaces have none), is not a bridge (``bridge/``)
@@ -74,8 +96,8 @@ def read_netdev(d: Path, reader: AttrReader) -> Netdev:
     has_device = os.path.lexists(d / "device")
     pci = normalize_pci(os.path.basename(os.path.realpath(d / "device"))) if has_device else None
     return Netdev(
-        name=d.name, operstate=reader.text(d / "operstate"),
-        carrier=parse_int(read_attr(d / "carrier")), speed_mbit=parse_speed(read_attr(d / "speed")),
+        name=printable(d.name), operstate=reader.text(d / "operstate"),
+        carrier=_carrier(reader, d / "carrier"), speed_mbit=_speed(reader, d / "speed"),
         type=reader.counter(d / "type"), carrier_changes=reader.counter(d / "carrier_changes"),
         carrier_up_count=reader.counter(d / "carrier_up_count"),
         carrier_down_count=reader.counter(d / "carrier_down_count"),
@@ -86,13 +108,8 @@ def read_netdev(d: Path, reader: AttrReader) -> Netdev:
 
 def read_netdevs(sysfs: Path, reader: AttrReader | None = None) -> list[Netdev]:
     """Every interface under ``<sysfs>/class/net`` (``eth2`` before ``eth10``); ``[]`` when the
-    directory is absent. Never raises: an interface removed while read is left out and counted."""
+    directory is absent. Never raises: an interface that is no directory (removed while read, a
+    dangling link) is left out and counted."""
     reader = reader if reader is not None else AttrReader()
     root = Path(sysfs) / "class" / "net"
-    out = []
-    for name in listdir(root):
-        try:
-            out.append(read_netdev(root / name, reader))
-        except OSError:
-            reader.unreadable += 1
-    return out
+    return [read_netdev(root / name, reader) for name in listdir(root) if not reader.gone(root / name)]

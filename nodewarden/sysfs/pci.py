@@ -27,10 +27,10 @@ GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6, 128.0: 7}
 AER_FILES = (("aer_dev_correctable", "correctable"), ("aer_dev_fatal", "fatal"), ("aer_dev_nonfatal", "nonfatal"))
 TOTAL_LINE = {"correctable": "TOTAL_ERR_COR", "nonfatal": "TOTAL_ERR_NONFATAL", "fatal": "TOTAL_ERR_FATAL"}
 
-_GTS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s")
-_WIDTH = re.compile(r"^\s*x?(\d+)")
-_AER_LINE = re.compile(r"^(?P<name>\S(?:.*\S)?)\s+(?P<count>\d+)$")
-_BDF_DIR = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_GTS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*GT/s", re.ASCII)
+_WIDTH = re.compile(r"^\s*x?(\d+)\s*$", re.ASCII)
+_AER_LINE = re.compile(r"^(?P<name>\S(?:.*\S)?)\s+(?P<count>\d+)$", re.ASCII)
+_BDF_DIR = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$", re.ASCII)
 
 
 # ---- value forms (rules) -----------------------------------------------------------------------
@@ -170,10 +170,26 @@ def present(sysfs: Path) -> bool:
     return (Path(sysfs) / "bus" / "pci" / "devices").is_dir()
 
 
+def _speed(reader: AttrReader, path: Path) -> str | None:
+    """A ``*_link_speed`` file; text that is neither ``N GT/s`` of a known generation nor the
+    kernel's ``Unknown`` (a link that is down) is counted unreadable (and kept, for the report)."""
+    text = reader.text(path)
+    if text is not None and text != "Unknown":
+        reader.parsed(text, pcie_generation(text))
+    return text
+
+
+def _width(reader: AttrReader, path: Path) -> str | None:
+    """A ``*_link_width`` file; text that is not a lane count is counted unreadable."""
+    text = reader.text(path)
+    reader.parsed(text, pcie_width(text))
+    return text
+
+
 def read_link(d: Path, reader: AttrReader) -> Link:
     """The four link attributes of the function directory ``d``."""
-    return Link(reader.text(d / "current_link_speed"), reader.text(d / "max_link_speed"),
-                reader.text(d / "current_link_width"), reader.text(d / "max_link_width"))
+    return Link(_speed(reader, d / "current_link_speed"), _speed(reader, d / "max_link_speed"),
+                _width(reader, d / "current_link_width"), _width(reader, d / "max_link_width"))
 
 
 def upstream_port(d: Path) -> Path | None:
@@ -215,19 +231,20 @@ def read_functions(sysfs: Path, reader: AttrReader | None = None,
                    vendors: Iterable[int] = (NVIDIA, MELLANOX)) -> list[Function]:
     """The physical functions of ``vendors`` under ``<sysfs>/bus/pci/devices``, in bus order;
     ``[]`` when the directory is absent. SR-IOV VFs (a ``physfn`` link: their link fields are
-    the PF's, or zero) are left out. Never raises: a function removed while read (a GPU that
-    fell off the bus) is left out and counted."""
+    the PF's, or zero) are left out. Never raises: a function that is no directory (removed
+    while read: a GPU that fell off the bus; a dangling link) is left out and counted, as is one
+    whose ``vendor`` cannot be read."""
     reader = reader if reader is not None else AttrReader()
     wanted = set(vendors)
     root = Path(sysfs) / "bus" / "pci" / "devices"
     out = []
     for bdf in sorted(listdir(root), key=lambda b: normalize_pci(b) or b):
         d = root / bdf
-        vendor = parse_hex(reader.text(d / "vendor"))
+        if reader.gone(d):
+            continue
+        text = reader.text(d / "vendor")
+        vendor = reader.parsed(text, parse_hex(text))
         if vendor is None or vendor not in wanted or os.path.lexists(d / "physfn"):
             continue
-        try:
-            out.append(read_function(d, vendor, reader))
-        except OSError:
-            reader.unreadable += 1
+        out.append(read_function(d, vendor, reader))
     return out

@@ -212,6 +212,8 @@ def nvml_missing(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> str | None:
         ok, why = nvml.query(lambda s: True, timeout_s, "nvmlInit")
     except nvml.NvmlTimeout as e:
         return f"{e} (driver hung? nvidia-smi would hang too)"
+    except nvml.NvmlCallError as e:
+        return f"NVML broken: {e}"
     return None if ok else f"NVML not available ({why}): no NVIDIA driver"
 
 
@@ -264,10 +266,11 @@ def nvml_snapshot(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> tuple[list[dict[
 
 def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str, bool]:
     """:func:`nvml_snapshot` as (gpus, why not, faulted), read under the one NVML timeout
-    (:func:`nodewarden.nvml.query`). ``faulted`` is True when the driver itself showed a fault,
-    which fails a check instead of skipping it: NVML did not answer within ``seconds`` (or an
-    earlier NVML call of this process is still blocked in it), or a GPU answered
-    NVML_ERROR_GPU_IS_LOST. Without NVML, or when a count/handle call fails: (None, why, False).
+    (:func:`nodewarden.nvml.query`). ``faulted`` is True when the driver is there and showed a
+    fault, which fails a check instead of skipping it: NVML did not answer within ``seconds``
+    (or an earlier NVML call of this process is still blocked in it), a GPU answered
+    NVML_ERROR_GPU_IS_LOST, nvmlInit failed other than for a missing driver, the count or a
+    GPU's handle was refused. Only without NVML (no library, no driver): (None, why, False).
     Never raises."""
     try:
         gpus, why = nvml.query(_snapshot, seconds, "validator NVML snapshot")
@@ -275,9 +278,25 @@ def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str,
         return None, f"{e} (driver hung? nvidia-smi would hang too)", True
     except nvml.GpuLost as e:
         return None, f"NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST in {e}): fallen off the bus or lost by the driver", True
-    except Exception as e:  # NvmlCallError from the count or a handle
-        return None, f"NVML query failed: {type(e).__name__}: {e}", False
+    except nvml.NvmlCallError as e:  # a broken driver's nvmlInit, a count or a GPU's handle refused
+        return None, f"NVML query failed: {e}", True
+    except Exception as e:  # noqa: BLE001 - a check reports it, it does not crash
+        return None, f"NVML query failed: {type(e).__name__}: {e}", True
     return gpus, why, False
+
+
+NVML_MODES = ("auto", "true", "false", "1", "0", "yes", "no", "on", "off")
+
+
+def check_nvml_params(p: dict[str, Any]) -> None:
+    """A check's ``nvml`` (auto, true or false) and ``nvml_timeout_seconds`` (seconds in (0,
+    3600]). Raises ValueError naming the key."""
+    t = p.get("nvml_timeout_seconds")
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
+        raise ValueError(f"nvml_timeout_seconds must be a number of seconds in (0, 3600] (got {t!r})")
+    mode = p.get("nvml")
+    if not isinstance(mode, (bool, str)) or (isinstance(mode, str) and mode.strip().lower() not in NVML_MODES):
+        raise ValueError(f"nvml must be auto, true or false (got {mode!r})")
 
 
 def nvml_enabled(mode: Any, auto: bool) -> bool:

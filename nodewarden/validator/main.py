@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
                 runner.check_params(name, runner.params_for(name, RunContext(profile=profile, quick=args.quick)))
             except (ValueError, TypeError) as e:
                 raise ValueError(f"{name}: {e}") from None
+        for opt, root in (("--sysfs", args.sysfs), ("--procfs", args.procfs)):
+            if not Path(root).is_dir():  # a typo would judge nothing (and mix in this machine's reads)
+                raise ValueError(f"{opt} {root}: no such directory")
         for opt, path, is_dir in (("--json", args.json, False), ("--textfile", args.textfile, True)):
             problem = report.output_problem(path, is_dir) if path is not None else None
             if problem:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from nodewarden.sysfs import cpu_cache
 from nodewarden.validator.base import RunContext, has_module
 from nodewarden.validator.checks import host_memory_bandwidth as hmb
 from nodewarden.validator.result import ERROR, FAIL, PASS
@@ -28,7 +29,7 @@ def ctx(**params) -> RunContext:
 
 @pytest.mark.parametrize("text, size", [("32768K", 32 * MiB), ("1M", MiB), ("512", 512), (" 48K\n", 48 * 1024)])
 def test_parse_cache_size(text, size):
-    assert hmb.parse_cache_size(text) == size
+    assert cpu_cache.parse_cache_size(text) == size
 
 
 def cache_tree(root: Path, cpus: dict[int, list[tuple[int, str, str]]]) -> Path:
@@ -47,8 +48,8 @@ def cache_tree(root: Path, cpus: dict[int, list[tuple[int, str, str]]]) -> Path:
 def test_total_l3_counts_each_shared_cache_once(tmp_path):
     # two sockets, two CPUs each; an L3 of 32 MiB per socket, private L2s
     caches = {c: [(2, "512K", str(c)), (3, "32768K", "0-1" if c < 2 else "2-3")] for c in range(4)}
-    assert hmb.total_l3_bytes(cache_tree(tmp_path, caches)) == 64 * MiB
-    assert hmb.total_l3_bytes(tmp_path / "missing") == 0
+    assert cpu_cache.total_l3_bytes(cache_tree(tmp_path, caches)) == 64 * MiB
+    assert cpu_cache.total_l3_bytes(tmp_path / "missing") == 0
 
 
 @pytest.mark.parametrize("l3, available, size", [

@@ -242,7 +242,7 @@ def test_text_only_active_state_counts(h100: Path) -> None:
     r = run_links(h100)
     assert r.status == "pass", r.reason
     port = next(p for p in r.details["parts"]["infiniband"]["ports"] if p["port"] == "mlx5_6/1")
-    assert (port["state"], port["state_code"], port["active"]) == ("ACTIVE", None, True)
+    assert (port["state"], port["state_code"], port["active"]) == ("ACTIVE", 4, True)
 
 
 def test_missing_link_layer_is_infiniband(h100: Path) -> None:
@@ -393,3 +393,19 @@ def test_hung_nvml_fails(nvml_sim, tmp_path: Path) -> None:
     code, r, _ = validate_with_nvml(nvml_sim["current"], H100, tmp_path, {0: {"hang_seconds": 30}},
                                     ("links.nvml_timeout_seconds=1",))
     assert code == exitcodes.UNHEALTHY and "NVML did not answer within 1 s" in r["reason"]
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("net_interfaces", "eno1", "net_interfaces must be a list of names"),
+    ("ib_ignore_ports", 5, "ib_ignore_ports must be a list of names"),
+    ("cpu_governors", 5, "cpu_governors must be a list of names"),
+    ("ib_rate_gbit_per_second", "abc", "ib_rate_gbit_per_second must be a finite number >= 0"),
+    ("ib_ports_min", 1.5, "ib_ports_min must be a whole number >= 0"),
+    ("nvml", "maybe", "nvml must be auto, true or false"),
+    ("nvml_timeout_seconds", 0, "nvml_timeout_seconds must be a number of seconds"),
+])
+def test_bad_parameters_are_usage_errors_naming_the_key(key, value, says) -> None:
+    """Refused before anything runs (the runner's check_params), never a drain from a string read
+    letter by letter, nor an error mid-run."""
+    with pytest.raises(ValueError, match=says):
+        runner.check_params("links", {**links.DEFAULTS, key: value})

@@ -156,3 +156,24 @@ def test_bad_files_fail_alone(tmp_path: Path):
     assert ce[("mc0", LABEL2)] == 1 and ("mc1", "mc#1channel#0slot#0") in ce
     unreadable = [s.value for s in snap.samples if s.name == "nodewarden_collector_unreadable_files"]
     assert unreadable == [2]
+
+
+def test_an_unreadable_channel_count_makes_no_row_event(tmp_path: Path):
+    """csrow2 counts 12 CE, its channels 6 and 4 (the row's own remainder: 2). ch0's count turns
+    unreadable for one poll: its 6 CEs must not pass for the row's (a false cpu_ecc event, then
+    the row's count falling back from 8 to 2); back, nothing changed, nothing is reported."""
+    root = copy_tree(CSROW, tmp_path)
+    put(root, f"{MC}/mc0/csrow2/ce_count", 12)
+    put(root, f"{MC}/mc0/csrow2/ch0_ce_count", 6)
+    put(root, f"{MC}/mc0/csrow2/ch1_ce_count", 4)
+    c = EdacCollector(root)
+    assert series(c.collect(), CE)[("mc0", "csrow2")] == 2
+    f = root / f"{MC}/mc0/csrow2/ch0_ce_count"
+    f.unlink()
+    f.mkdir()  # a read error (EISDIR)
+    snap = c.collect()
+    assert snap.events == [] and ("mc0", "csrow2") not in series(snap, CE)
+    f.rmdir()
+    put(root, f"{MC}/mc0/csrow2/ch0_ce_count", 6)
+    snap = c.collect()
+    assert snap.events == [] and series(snap, CE)[("mc0", "csrow2")] == 2

@@ -289,7 +289,7 @@ def test_text_only_active_state_is_up(tmp_path: Path):
     put(root, f"{rel}/state", "ACTIVE")
     c = InfinibandCollector(root, clock=Clock())
     snap = c.collect()
-    assert ("nodewarden_ib_port_state", port("mlx5_3")) not in values(snap)  # no number to export
+    assert values(snap)[("nodewarden_ib_port_state", port("mlx5_3"))] == 4  # the number ACTIVE stands for
     assert {r.key: r.active for r in c.ports()}["mlx5_3/1"] is True
     put(root, f"{rel}/state", "DOWN")
     (e,) = c.collect().events

@@ -11,6 +11,7 @@ import pytest
 from nodewarden import events as ev
 from nodewarden.collectors import netclass
 from nodewarden.collectors.netclass import NetclassCollector
+from nodewarden.sysfs import net
 from nodewarden.sysfs.net import Netdev
 from sysfs_trees import FIXTURES, copy_tree, put
 
@@ -35,7 +36,7 @@ class Clock:
     ("dormant", 1, False), ("unknown", 1, True), ("unknown", 0, False), (None, None, False),
 ])
 def test_link_up(operstate, carrier, up):
-    assert netclass.link_up(operstate, carrier) is up
+    assert net.is_up(net.Netdev("eth0", operstate, carrier, None, 1)) is up
 
 
 def test_h100_physical_interfaces():

@@ -282,3 +282,16 @@ def test_detector_takes_active_from_the_record(tmp_path: Path):
         for r in c.ports():
             out.extend(d.observe_port(r.device, r.port, r.active, r.link_downed, t[0]))
     assert [(e.device, e.kind, e.attrs["duration_s"]) for e in out] == [("mlx5_5/1", ev.IB_FLASH_CUT, 5.0)]
+
+
+@pytest.mark.parametrize("device, attrs", [
+    (float("nan"), {}),                              # a journal's null device, through a pandas frame
+    (None, {"rdma_device": "mlx5_0", "port": "x"}),  # a port that is no number
+    ("mlx5_0/²", {}),                                # a digit int() refuses
+    (None, {"rdma_device": ["mlx5_0"], "port": 1}),
+])
+def test_an_event_naming_no_port_is_left_out(device, attrs) -> None:
+    """Bad input loses nothing else: the event names no port, the detector passes over it."""
+    det = FlashCutDetector(max_seconds=60.0)
+    e = ev.FaultEvent(kind=ev.IB_LINK_DOWN, message="m", raw="r", device=device, attrs=attrs)
+    assert det.observe_event(e, 0.0) == []

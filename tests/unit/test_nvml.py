@@ -210,6 +210,43 @@ def test_init_without_a_driver_or_a_library_is_none_and_a_reason(libdir: Path, t
     assert got[0] is True and got[1].startswith("nvmlInit: NVML_ERROR_LIBRARY_NOT_FOUND")
 
 
+@pytest.mark.parametrize("ret", [18, 999])  # NVML_ERROR_LIB_RM_VERSION_MISMATCH, NVML_ERROR_UNKNOWN
+def test_a_broken_driver_is_no_missing_driver(libdir: Path, tmp_path: Path, ret: int) -> None:
+    """nvmlInit failing with anything but "no library"/"no driver" (an RM version mismatch after
+    a driver upgrade without a reload): init raises, the NVML collector's poll fails (never an
+    empty snapshot, as on a node without GPUs), the check's snapshot is a fault."""
+    state = nvmlsim.write_state(tmp_path / "nvml.json", gpus_on_fixture(), init_error=ret)
+    code = """import json
+from nodewarden import nvml
+from nodewarden.collectors.nvml import NvmlCollector
+from nodewarden.validator.base import nvml_with_timeout
+try:
+    nvml.init(); raised = None
+except nvml.NvmlCallError as e:
+    raised = [e.call, e.ret]
+try:
+    NvmlCollector("n", timeout_s=30).collect(); polled = "ok"
+except nvml.NvmlCallError as e:
+    polled = str(e)
+gpus, why, faulted = nvml_with_timeout(30)
+print(json.dumps([raised, polled, gpus, why, faulted]))"""
+    raised, polled, gpus, why, faulted = child(libdir, state, code)
+    assert raised == ["nvmlInit", ret]
+    assert polled.startswith("nvmlInit: ")
+    assert gpus is None and faulted is True and why.startswith("NVML query failed: nvmlInit: ")
+
+
+def test_a_gpu_without_a_handle_fails_the_links_check(libdir: Path, tmp_path: Path) -> None:
+    """GPU 3 enumerates but its handle is refused (not lost): the driver is faulty; the check's
+    nvlink part fails naming the call, it is not skipped."""
+    state = nvmlsim.write_state(tmp_path / "nvml.json", gpus_on_fixture({3: {"not_supported": ["handle"]}}))
+    code = """import json
+from nodewarden.validator.base import nvml_with_timeout
+print(json.dumps(nvml_with_timeout(30)))"""
+    gpus, why, faulted = child(libdir, state, code)
+    assert gpus is None and faulted is True and "nvmlDeviceGetHandleByIndex" in why
+
+
 def test_the_check_and_the_metrics_read_the_same_gpu_state(libdir: Path, tmp_path: Path) -> None:
     """The validator's snapshot and the collector's poll, on the same simulated GPUs: the same
     NVLink states, clock-event masks and their names, and bus ids, on a current and an old

@@ -34,6 +34,14 @@ def divergent_tree(tmp_path: Path) -> Path:
     put(root, "bus/pci/devices/0000:3c:00.0/current_link_width", 0)      # a link that is down
     put(root, "bus/pci/devices/0000:3c:00.0/current_link_speed", "Unknown")
     (root / "class/net/eno1").rename(root / "class/net/veth_uplink")     # a NIC named like a veth
+    layer = root / "class/infiniband/mlx5_5/ports/1/link_layer"         # a link_layer that cannot be read
+    layer.unlink()
+    layer.mkdir()
+    put(root, "class/net/enp193s0f0np0/operstate", "unknown")            # a driver that leaves operstate
+    put(root, "class/net/enp193s0f0np0/carrier", 1)                      # unknown: judged by the carrier
+    cls = root / "bus/pci/devices/0000:9b:00.0/class"                   # a GPU whose class cannot be read
+    cls.unlink()
+    cls.mkdir()
     return root
 
 
@@ -55,10 +63,16 @@ def test_active_ib_ports_agree(tree: Path) -> None:
     c.collect()
     collector = {p.key: p.active for p in c.ports()}
     check = {p["port"]: p["active"] for p in part.get("ports", [])}
-    assert check == {k: bool(v) for k, v in collector.items()}
+    assert set(check) == set(collector)
+    for key, active in collector.items():
+        # None: the collector does not judge a port whose state it cannot read; the check holds
+        # it not active (a problem naming it), never up.
+        assert check[key] is (active is True), key
+        if active is not True:
+            assert any(x.startswith(f"{key} ") for x in part["problems"]), key
     layers = {dict(s.labels)["device"] + "/" + dict(s.labels)["port"]: dict(s.labels)["link_layer"]
               for s in c.collect().samples if s.name == "nodewarden_ib_port_info"}
-    assert layers == {p["port"]: p["link_layer"] or "" for p in part.get("ports", [])}
+    assert layers == {p["port"]: p["link_layer"] for p in part.get("ports", [])}
 
 
 def test_pcie_links_agree(tree: Path) -> None:
@@ -80,11 +94,18 @@ def test_pcie_links_agree(tree: Path) -> None:
     assert {d["pci"] for d in judged} <= info
 
 
-def test_physical_netdevs_agree(tree: Path) -> None:
+def test_physical_netdevs_and_their_link_state_agree(tree: Path) -> None:
+    """The interfaces the collector exports are the check's physical ones, and each interface the
+    check judged is up for the check exactly when ``nodewarden_net_up`` says 1."""
     part = links_parts(tree)["ethernet"]
     snap = NetclassCollector(tree).collect()
     exported = {dict(s.labels)["device"] for s in snap.samples if s.name.startswith("nodewarden_net_")}
     assert set(part.get("physical", [])) == exported
+    net_up = {dict(s.labels)["device"]: s.value for s in snap.samples if s.name == "nodewarden_net_up"}
+    for d in part.get("interfaces", []):
+        down = any(x.startswith(f"{d['name']} operstate") for x in part.get("problems", []))
+        if d["name"] in net_up:
+            assert (net_up[d["name"]] == 1) is (not down) is d["up"], d["name"]
 
 
 def test_the_divergent_tree_is_judged_by_the_shared_rules(tmp_path: Path) -> None:
@@ -97,6 +118,12 @@ def test_the_divergent_tree_is_judged_by_the_shared_rules(tmp_path: Path) -> Non
     assert "mlx5_4/1 phys_state unreadable" in " ".join(parts["infiniband"]["warnings"])
     assert "0000:3c:00.0 PCIe x0 < x16" in parts["pcie"]["problems"]
     assert "veth_uplink" in parts["ethernet"]["physical"]
+    assert ports["mlx5_5/1"]["link_layer"] == "InfiniBand"
+    assert "mlx5_5/1 link_layer unreadable" in " ".join(parts["infiniband"]["warnings"])
+    iface = {d["name"]: d for d in parts["ethernet"]["interfaces"]}
+    assert iface["enp193s0f0np0"]["up"] and not any("enp193s0f0np0" in x for x in parts["ethernet"].get("problems", []))
+    assert "0000:9b:00.0 class unreadable" in " ".join(parts["pcie"]["warnings"])
+    assert {d["pci"]: d["kind"] for d in parts["pcie"]["devices"]}["0000:9b:00.0"] == "unknown"
     snap = PcieCollector(root).collect()
     assert [s.value for s in snap.samples if s.name == "nodewarden_pcie_link_width"
             and dict(s.labels) == {"pci_bus_id": "0000:3c:00.0", "which": "current"}] == [0]

@@ -71,7 +71,9 @@ def test_a_long_cpuinfo_is_read_whole(tmp_path: Path) -> None:
 @pytest.mark.parametrize("records, mhz, want", [
     (XEON, [], (2.0e9, "cpufreq")),
     (XEON, [1000.0], (2.0e9, "cpufreq")),                      # cpufreq first
-    ([cpufreq.CpuFreq(0, "performance", None, None, None)], [1000.0], (None, "cpufreq")),
+    # cpufreq directories whose scaling_cur_freq none could read: cpuinfo still answers
+    ([cpufreq.CpuFreq(0, "performance", None, None, None)], [1000.0], (1.0e9, "cpuinfo")),
+    ([cpufreq.CpuFreq(0, "performance", None, None, None)], [], (None, None)),
     ([cpufreq.CpuFreq(0, None, 1_000_000, None, None), cpufreq.CpuFreq(1, None, 3_000_000, None, None)], [],
      (2.0e9, "cpufreq")),
     ([], [2000.0, 3000.0], (2.5e9, "cpuinfo")),
@@ -79,3 +81,16 @@ def test_a_long_cpuinfo_is_read_whole(tmp_path: Path) -> None:
 ])
 def test_mean_frequency(records, mhz, want) -> None:
     assert cpufreq.mean_frequency_hz(records, mhz) == want
+
+
+def test_cpu_frequency_falls_back_to_cpuinfo_when_no_cur_freq_reads(tmp_path: Path) -> None:
+    """Four cpufreq directories without readable policy files and a cpuinfo at 2400 MHz: the
+    frequency is cpuinfo's, not None (both checks read it through cpu_frequency)."""
+    for c in range(4):
+        (tmp_path / f"sys/devices/system/cpu/cpu{c}/cpufreq").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text("".join(f"processor\t: {c}\ncpu MHz\t\t: 2400.000\n" for c in range(4)))
+    records = cpufreq.read_cpus(tmp_path / "sys")
+    assert len(records) == 4 and all(r.cur_khz is None for r in records)
+    assert cpufreq.cpu_frequency(tmp_path / "sys", tmp_path / "proc") == (2.4e9, "cpuinfo")
+    assert cpufreq.cpu_frequency(tmp_path / "sys", tmp_path / "proc", cpus=[1]).hz == 2.4e9

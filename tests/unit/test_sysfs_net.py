@@ -20,9 +20,9 @@ def test_parse_speed(text, want) -> None:
     assert net.parse_speed(text) == want
 
 
-@pytest.mark.parametrize("text, want", [("1", 1), ("0", 0), (None, None), ("x", None)])
-def test_parse_int(text, want) -> None:
-    assert net.parse_int(text) == want
+@pytest.mark.parametrize("text, want", [("1", 1), ("0", 0), (None, None), ("x", None), ("-7", None), ("2", None)])
+def test_parse_carrier(text, want) -> None:
+    assert net.parse_carrier(text) == want
 
 
 # ---- the reader over every fixture tree ----------------------------------------------------------

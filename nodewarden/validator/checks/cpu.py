@@ -260,7 +260,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
         result.measure("slowest_core_ratio", round(ratio, 4), "ratio", threshold=min_ratio, op=">=")
     result.measure("wrong_answer_cpus", len(wrong), "", threshold=0, op="<=")
     records = cpufreq.read_cpus(ctx.sysfs, cpus=cpus)
-    freq, _source = cpufreq.mean_frequency_hz(records, [] if records else cpufreq.cpuinfo_mhz(ctx.procfs))
+    freq = cpufreq.cpu_frequency(ctx.sysfs, ctx.procfs, records).hz
     if freq is not None:
         result.measure("cpu_frequency", round(freq), "Hz")
     governors = cpufreq.governors(records)

@@ -46,8 +46,8 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_with_timeout, reset_required,
-                                       reset_required_action, reset_required_reason)
+from nodewarden.validator.base import (RunContext, check_nvml_params, nvml_enabled, nvml_with_timeout,
+                                       reset_required, reset_required_action, reset_required_reason)
 from nodewarden.validator.result import ERROR, FAIL, PASS, CheckResult, status_from_measurements
 
 if TYPE_CHECKING:  # torch is imported lazily: the module must import where torch is absent
@@ -316,12 +316,7 @@ def checked_params(params: dict[str, Any]) -> dict[str, Any]:
     for key, hi in (("coverage_min_ratio", 1.0), ("copy_min_bytes_per_second", float("inf"))):
         if not isinstance(p[key], (int, float)) or not 0 <= p[key] <= hi:
             raise ValueError(f"{key} must be a number in [0, {hi}] (got {p[key]!r})")
-    t = p["nvml_timeout_seconds"]
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 3600:
-        raise ValueError(f"nvml_timeout_seconds must be a number of seconds in (0, 3600] (got {t!r})")
-    if not isinstance(p["nvml"], (bool, str)) or (isinstance(p["nvml"], str) and p["nvml"].strip().lower() not in
-                                                   ("auto", "true", "false", "1", "0", "yes", "no", "on", "off")):
-        raise ValueError(f"nvml must be auto, true or false (got {p['nvml']!r})")
+    check_nvml_params(p)
     return p
 
 

@@ -54,6 +54,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from nodewarden.sysfs import cpu_cache
 from nodewarden.validator.base import RunContext, has_module
 from nodewarden.validator.result import ERROR, FAIL, PASS, SKIP, CheckResult, status_from_measurements
 
@@ -77,28 +78,6 @@ PAGE_ELEMENTS = 512            # 4 KiB of float64: numpy slices start on page bo
 SCALAR = 3.0                   # STREAM's scalar
 _COMMAND_TIMEOUT_S = 120.0     # a numpy worker silent this long is hung
 _MIN_RATE_B_PER_S = 0.5e9      # the torch child is given time for its traffic at this rate, plus a start
-
-
-def parse_cache_size(text: str) -> int:
-    """Bytes of a sysfs cache ``size`` (``32768K``, ``1M``, ``512``). Raises ValueError."""
-    t = text.strip().upper()
-    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
-    return int(t[:-1] if scale != 1 else t) * scale
-
-
-def total_l3_bytes(sysfs: Path) -> int:
-    """Sum of the distinct L3 caches of all CPUs (``devices/system/cpu/cpuN/cache/indexM``, level
-    3, one per ``shared_cpu_list``; Documentation/ABI/testing/sysfs-devices-system-cpu), 0 if none."""
-    seen: dict[str, int] = {}
-    for idx in sorted((sysfs / "devices/system/cpu").glob("cpu[0-9]*/cache/index[0-9]*")):
-        try:
-            if (idx / "level").read_text().strip() != "3":
-                continue
-            key = (idx / "shared_cpu_list").read_text().strip()
-            seen.setdefault(key, parse_cache_size((idx / "size").read_text()))
-        except (OSError, ValueError):
-            continue
-    return sum(seen.values())
 
 
 def mem_available_bytes(procfs: Path) -> int | None:
@@ -399,7 +378,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
         return CheckResult(NAME, ERROR, reason=str(e), action="fix the host_memory_bandwidth check's parameters")
     cpus = sorted(os.sched_getaffinity(0))
     available = mem_available_bytes(ctx.procfs)
-    l3 = total_l3_bytes(ctx.sysfs)
+    l3 = cpu_cache.total_l3_bytes(ctx.sysfs)
     if size is None:
         size = default_array_bytes(l3, available)
     elif available is not None and 3 * size > MEMORY_FRACTION * available:

@@ -20,7 +20,8 @@ could run: never ``pass`` with nothing checked.
     ``class/net/<if>/{operstate,speed,carrier}`` of physical interfaces
     (:func:`nodewarden.sysfs.net.is_physical`: a ``device`` link, not a bridge, not an SR-IOV
     VF; lo, docker0, veth* and bonds have no ``device`` link) and of the RDMA netdevs:
-    operstate ``up`` and ``speed`` (Mb/s) at least ``eth_speed_mbit_per_second``.
+    up (:func:`nodewarden.sysfs.net.is_up`: operstate ``up``, or carrier 1 where the driver
+    leaves operstate ``unknown``) and ``speed`` (Mb/s) at least ``eth_speed_mbit_per_second``.
     IPoIB netdevs (type 32) are left to ``infiniband``: their operstate says whether IPoIB is
     configured, not whether the IB link is up.
 ``pcie``
@@ -30,7 +31,7 @@ could run: never ``pass`` with nothing checked.
     /sys the device is a symlink into /sys/devices and the port above it is its parent directory:
     the expected maximum is the lower of the two ends' ``max_link_*``. GPUs are also held to the
     profile's ``gpu_pcie_generation``/``gpu_pcie_width``, and their number to the profile's
-    top-level ``gpus`` (param ``gpus`` overrides): a GPU fallen off the bus is missing here. A
+    top-level ``gpus``: a GPU fallen off the bus is missing here. A
     width of 0 lanes (:func:`nodewarden.sysfs.pci.pcie_width`: the link is down) is judged as
     any other width (``x0 < x16``), never as unknown.
 ``nvlink``
@@ -69,8 +70,8 @@ from nodewarden.sysfs import cpufreq, infiniband, net, pci
 from nodewarden.sysfs.attrs import AttrReader, natural_key
 from nodewarden.sysfs.infiniband import parse_ib_rate
 from nodewarden.sysfs.net import ARPHRD_ETHER
-from nodewarden.validator.base import (RunContext, nvml_enabled, nvml_with_timeout, reset_required,
-                                       reset_required_action, reset_required_reason)
+from nodewarden.validator.base import (RunContext, check_nvml_params, nvml_enabled, nvml_with_timeout,
+                                       reset_required, reset_required_action, reset_required_reason)
 from nodewarden.validator.result import FAIL, PASS, SKIP, WARN, CheckResult
 
 NAME = "links"
@@ -155,19 +156,25 @@ def ib_port_reports(devices: list[infiniband.Device], netdev_types: dict[str, in
         for p in dev.ports:
             gbit, width, speed = parse_ib_rate(p.rate)
             netdevs: list[str] = []
-            if p.link_layer == infiniband.ETHERNET:
+            layer = infiniband.link_layer(p)
+            if layer == infiniband.ETHERNET:
                 # The GID table's netdev (a bond for a LAG device), else the PCI function's Ethernet netdevs.
                 netdevs = [p.netdev] if p.netdev else [n for n in dev.netdevs
                                                        if netdev_types.get(n) in (None, ARPHRD_ETHER)]
             ports.append({"port": p.key, "device": dev.name, "pci": dev.pci_bus_id, "hca_type": dev.hca_type,
                           "fw_ver": dev.fw_ver, "state": p.state_name, "state_code": p.state,
                           "phys_state": p.phys_state_name, "phys_state_code": p.phys_state, "rate": p.rate,
-                          "rate_gbit": gbit, "width": width, "speed": speed, "link_layer": p.link_layer,
-                          "netdevs": netdevs, "active": bool(p.active)})
+                          "rate_gbit": gbit, "width": width, "speed": speed, "link_layer": layer,
+                          "link_layer_read": p.link_layer, "netdevs": netdevs,
+                          "active": bool(p.active)})
     return ports
 
 
 def check_infiniband(ports: list[dict[str, Any]] | None, params: dict[str, Any], res: CheckResult) -> Part:
+    """The ``infiniband`` part over :func:`ib_port_reports` (None: no ``class/infiniband``):
+    every port not ignored must be active; ACTIVE InfiniBand ports' rates (Gbit/s) at least
+    ``ib_rate_gbit_per_second``; at least ``ib_ports_min`` of them. Measures ``ib_ports_active``,
+    ``roce_ports_active`` and ``ib_rate`` (bit/s) per port into ``res``."""
     part = Part("infiniband")
     want_rate = float(params.get("ib_rate_gbit_per_second") or 0)
     want_ports = int(params.get("ib_ports_min") or 0)
@@ -196,7 +203,12 @@ def check_infiniband(ports: list[dict[str, Any]] | None, params: dict[str, Any],
             dev, _, num = name.partition("/")
             part.warnings.append(f"{name} phys_state unreadable (class/infiniband/{dev}/ports/{num}/phys_state): "
                                  "ACTIVE counted as up")
-        is_ib = p["link_layer"] == "InfiniBand"
+        if p["link_layer_read"] not in (infiniband.INFINIBAND, infiniband.ETHERNET):
+            dev, _, num = name.partition("/")
+            what = "unreadable" if p["link_layer_read"] is None else f"unknown ({p['link_layer_read']!r})"
+            part.warnings.append(f"{name} link_layer {what} (class/infiniband/{dev}/ports/{num}/link_layer): "
+                                 "held to the InfiniBand rules")
+        is_ib = p["link_layer"] == infiniband.INFINIBAND
         ib_active += is_ib
         roce_active += not is_ib
         gbit = p["rate_gbit"]
@@ -226,11 +238,15 @@ def check_infiniband(ports: list[dict[str, Any]] | None, params: dict[str, Any],
 def _netdev_report(d: net.Netdev) -> dict[str, Any]:
     return {"name": d.name, "operstate": d.operstate, "carrier": str(d.carrier) if d.carrier is not None else None,
             "speed_mbit": d.speed_mbit, "type": d.type, "physical": d.device, "vf": d.physfn, "bridge": d.bridge,
-            "bond_slaves": list(d.bond_slaves)}
+            "bond_slaves": list(d.bond_slaves), "up": net.is_up(d)}
 
 
 def check_ethernet(netdevs: list[net.Netdev] | None, rdma_netdevs: list[str], params: dict[str, Any],
                    res: CheckResult) -> Part:
+    """The ``ethernet`` part over the ``class/net`` records (None: no ``class/net``): the
+    ``net_interfaces`` named, else the physical Ethernet interfaces that are up plus the RoCE
+    ports' netdevs (and a RoCE bond's slaves), must be up (:func:`nodewarden.sysfs.net.is_up`) at
+    ``eth_speed_mbit_per_second`` (Mb/s) or more. Measures ``eth_speed`` (bit/s) per interface."""
     part = Part("ethernet")
     if netdevs is None:
         return part.skip("no class/net")
@@ -246,7 +262,7 @@ def check_ethernet(netdevs: list[net.Netdev] | None, rdma_netdevs: list[str], pa
         selected = []
         for n, d in info.items():
             ethernet = d["type"] in (None, ARPHRD_ETHER)
-            if n in rdma or (n in physical and ethernet and d["operstate"] == "up"):
+            if n in rdma or (n in physical and ethernet and d["up"]):
                 selected.append(n)
         for n in list(selected):  # a RoCE bond: its slaves carry the traffic
             for s in info[n]["bond_slaves"]:
@@ -263,7 +279,7 @@ def check_ethernet(netdevs: list[net.Netdev] | None, rdma_netdevs: list[str], pa
             continue
         d["rdma"] = n in rdma
         checked.append(d)
-        if d["operstate"] != "up":
+        if not d["up"]:
             carrier = " (no carrier)" if d["carrier"] == "0" else ""
             part.problems.append(f"{n} operstate {d['operstate']}{carrier}")
             continue
@@ -291,13 +307,17 @@ def _link_report(link: pci.Link) -> dict[str, Any]:
 
 def pci_link_reports(functions: list[pci.Function]) -> list[dict[str, Any]]:
     """One report dict per NVIDIA GPU (``kind`` gpu) and Mellanox network function (``nic``)
-    among the function records, with its link and, on a real /sys, the port above it."""
+    among the function records -- and per NVIDIA/Mellanox function whose ``class`` cannot be read
+    (``unknown``: held to its own maximum, with a warning) -- with its link and, on a real /sys,
+    the port above it."""
     out = []
     for f in functions:
         if pci.is_gpu(f):
             kind = "gpu"
         elif f.vendor == pci.MELLANOX and pci.is_network(f):
             kind = "nic"
+        elif f.class_code is None:
+            kind = "unknown"  # a GPU or a NIC whose class cannot be read: its link is still judged
         else:
             continue
         rec = {"pci": f.pci_bus_id, "kind": kind, "device_id": f.device, **_link_report(f.link)}
@@ -316,6 +336,11 @@ def _min(*values: int | None) -> int | None:
 
 def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpus_expected: int,
                idle_gpus: dict[str, int], res: CheckResult) -> Part:
+    """The ``pcie`` part over :func:`pci_link_reports` (None: no ``bus/pci/devices``): at least
+    ``gpus_expected`` GPUs; each link at the lower of both ends' maximum generation and width
+    (GPUs also at ``gpu_pcie_generation``/``gpu_pcie_width``); a GPU in ``idle_gpus`` (PCI bus id
+    -> its P-state, P3 and deeper) below its speed only warns. Measures ``gpus_on_pci_bus``,
+    ``pcie_generation`` and ``pcie_width`` (lanes) per function."""
     part = Part("pcie")
     if devices is None:
         return part.skip("no bus/pci/devices")
@@ -333,6 +358,9 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
     at_max = 0
     for d in devices:
         bdf, is_gpu = d["pci"], d["kind"] == "gpu"
+        if d["kind"] == "unknown":
+            part.warnings.append(f"{bdf} class unreadable (bus/pci/devices/{bdf}/class): not counted as a GPU "
+                                 "or NIC, its link held to its own maximum")
         # 0 lanes is a link that is down: judged below (x0 < x16), never "unknown".
         if d["lanes"] != 0 and (d["generation"] is None or d["lanes"] is None):
             if d["current_speed"] is None and d["current_width"] is None:
@@ -366,7 +394,7 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
             part.problems.append(f"{bdf} PCIe x{d['lanes']} < x{lanes_floor}{what}")
         at_max += ok
     part.info["devices"] = devices
-    n_gpu, n_nic = len(gpus), len(devices) - len(gpus)
+    n_gpu, n_nic = len(gpus), sum(d["kind"] == "nic" for d in devices)
     return part.finish(f"{at_max}/{len(devices)} links at full speed and width ({n_gpu} GPUs, {n_nic} NIC functions)")
 
 
@@ -374,6 +402,9 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
 
 def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, faulted: bool, params: dict[str, Any],
                  res: CheckResult) -> Part:
+    """The ``nvlink`` part over the NVML snapshot's GPUs (None: not queried or no NVML, ``why``
+    says which; ``faulted``: the driver showed a fault, which fails the part): links
+    0..``nvlink_links_per_gpu``-1 of each GPU active. Measures ``nvlink_links_active`` per GPU."""
     part = Part("nvlink")
     if faulted:
         part.problems.append(why)
@@ -402,15 +433,16 @@ def check_nvlink(gpus: list[dict[str, Any]] | None, why: str, faulted: bool, par
 
 
 def _cpu_frequency(sysfs: Path, procfs: Path, params: dict[str, Any], part: Part, res: CheckResult) -> bool:
-    """cpufreq governors and caps (warnings) and the CPU frequency
-    (:func:`~nodewarden.sysfs.cpufreq.mean_frequency_hz`). True when anything was read."""
+    """cpufreq governors and caps (warnings) and the CPU frequency of every CPU of the node
+    (:func:`~nodewarden.sysfs.cpufreq.cpu_frequency`; the cpu check measures the CPUs it ran on).
+    True when anything was read."""
     records = cpufreq.read_cpus(sysfs)
-    hz, source = cpufreq.mean_frequency_hz(records, [] if records else cpufreq.cpuinfo_mhz(procfs))
-    if source is None:
-        return False
+    hz, source = cpufreq.cpu_frequency(sysfs, procfs, records)
     if hz is not None:
         res.measure("cpu_frequency", round(hz), "Hz")
-    if source == cpufreq.CPUINFO:
+    if not records:
+        if source is None:
+            return False
         part.info["cpu_source"] = "cpuinfo (no cpufreq: governor not checked)"
         return True
     governors: dict[str, int] = {}
@@ -426,12 +458,15 @@ def _cpu_frequency(sysfs: Path, procfs: Path, params: dict[str, Any], part: Part
         c = capped[0]
         part.warnings.append(f"CPU frequency capped on {len(capped)} CPUs "
                              f"(cpu{c.cpu}: {c.max_khz / 1e6:.2f} of {c.hw_max_khz / 1e6:.2f} GHz)")
-    part.info["cpu_source"] = "cpufreq"
+    part.info["cpu_source"] = source or "cpufreq (no frequency readable)"
     return True
 
 
 def check_frequency(sysfs: Path, procfs: Path, gpus: list[dict[str, Any]] | None, params: dict[str, Any],
                     res: CheckResult) -> Part:
+    """The ``frequency`` part: CPU governor, caps and frequency (Hz) read under ``sysfs``/``procfs``
+    (:func:`_cpu_frequency`), the GPUs' SM clocks (Hz) and clock-event reasons
+    (:func:`nodewarden.nvml.decode_clock_event_reasons`: a fault reason fails the part)."""
     part = Part("frequency")
     cpu = _cpu_frequency(sysfs, procfs, params, part, res)
     for g in gpus or []:
@@ -473,11 +508,38 @@ def _use_nvml(ctx: RunContext, params: dict[str, Any]) -> bool:
     return nvml_enabled(params.get("nvml", "auto"), here)
 
 
+_COUNTS = ("ib_ports_min", "gpu_pcie_generation", "gpu_pcie_width", "nvlink_links_per_gpu")
+_RATES = ("ib_rate_gbit_per_second", "eth_speed_mbit_per_second")
+_NAME_LISTS = ("ib_ignore_ports", "net_interfaces", "cpu_governors")
+
+
+def checked_params(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` merged over DEFAULTS and validated: the counts whole numbers >= 0, the rates
+    finite numbers >= 0, the name lists lists of strings (``net_interfaces = "eno1"`` is refused,
+    not read letter by letter), ``nvml`` auto/true/false. Raises ValueError naming the key."""
+    p = {**DEFAULTS, **params}
+    for key in _COUNTS:
+        v = p[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{key} must be a whole number >= 0 (got {v!r})")
+    for key in _RATES:
+        v = p[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            raise ValueError(f"{key} must be a finite number >= 0 (got {v!r})")
+    for key in _NAME_LISTS:
+        v = p[key]
+        if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+            raise ValueError(f"{key} must be a list of names (got {v!r})")
+    check_nvml_params(p)
+    return p
+
+
 def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     """The five parts (module docstring). With NVML, a GPU that says it must be recovered first
     (its NVML recovery action is not ``none``: :func:`nodewarden.validator.base.reset_required`)
     fails the check at once, before any part runs: its links say nothing until it is reset.
     A GPU whose driver lacks the recovery-action field is not failed for that."""
+    params = checked_params(params)
     res = CheckResult(NAME, PASS)
     sysfs = Path(ctx.sysfs)
     parts: list[Part] = []
@@ -508,7 +570,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
             if g.get("pci") and isinstance(g.get("pstate"), int) and 3 <= g["pstate"] <= 15}
 
     ctx.progress(NAME, 0.6, "pcie")
-    gpus_expected = int(params.get("gpus", ctx.profile.get("gpus", 0)) or 0)
+    gpus_expected = int(ctx.profile.get("gpus", 0) or 0)
     devices = pci_link_reports(pci.read_functions(sysfs, reader)) if pci.present(sysfs) else None
     parts.append(check_pcie(devices, params, gpus_expected, idle, res))
     parts.append(check_nvlink(gpus, why, faulted, params, res))
