@@ -141,8 +141,7 @@ def open_log(path: Path) -> IO[bytes]:
     """
     try:
         f = open(path, "rb")
-        magic = f.read(6)
-        f.seek(0)
+        magic = f.peek(6)[:6]  # not read(): a pipe given by name (/dev/stdin, <(...)) cannot seek back
     except OSError as e:
         raise InputError(f"{path}: {e.strerror or e}") from e
     kind = compression(magic)
@@ -153,8 +152,6 @@ def open_log(path: Path) -> IO[bytes]:
     if kind == "xz":
         return lzma.LZMAFile(f)  # type: ignore[return-value]
     return f
-
-
 
 
 def gunzip(data: bytes, limit: int | None = None) -> tuple[bytes, str | None] | None:

@@ -302,3 +302,18 @@ def test_journal_fields_of_the_wrong_type_or_not_text() -> None:
     for extra in ({"pci_bus_id": [1, 2]}, {"pci_bus_id": {"a": 1}}, {"attrs": {"pci_bus_id": [1]}},
                   {"attrs": {"pid": "7"}}, {"host": "\ud800"}, {"message": "\udcff"}, {"attrs": {"x": "\ud800"}}):
         assert journal_event({**good, **extra}) is None, extra
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_pipe_given_by_name_is_read(packed: bool) -> None:
+    """``nodewarden events /dev/stdin`` (or ``<(zcat ...)``): a pipe cannot seek back after its
+    magic bytes are read, so they are peeked; plain and gzip text alike."""
+    import subprocess
+    import sys
+    line = b"Jan  5 10:00:00 n1 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n"
+    data = gzip.compress(line) if packed else line
+    p = subprocess.run([sys.executable, "-m", "nodewarden", "events", "/dev/stdin", "--no-cache"], input=data,
+                       capture_output=True, timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert p.returncode == 0, p.stderr
+    (event,) = [json_line for json_line in p.stdout.decode().splitlines() if json_line.strip()]
+    assert '"xid":79' in event and '"origin":"/dev/stdin"' in event
