@@ -173,7 +173,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hold rates to this node's recorded baseline; records it when FILE does not exist")
     p.add_argument("--tolerance", type=_tolerance_arg, metavar="FRACTION",
                    help="allowed drop below the baseline, 0 to below 1 (default 0.10)")
-    p.add_argument("--sysfs", default="/sys", help=argparse.SUPPRESS)
-    p.add_argument("--procfs", default="/proc", help=argparse.SUPPRESS)
+    p.add_argument("--sysfs", default="/sys", metavar="DIR",
+                   help="read the machine's /sys from DIR (a captured tree, e.g. tests/fixtures/sysfs/*); NVML is "
+                        "then not queried unless a check's nvml=true")
+    p.add_argument("--procfs", default="/proc", metavar="DIR", help="read /proc (cpuinfo, meminfo) from DIR")
     p.add_argument("--no-progress", action="store_true", help="no live progress on stderr")
     p.add_argument("--list", action="store_true", help="list the checks and profiles and exit")

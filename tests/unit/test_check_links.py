@@ -64,9 +64,10 @@ def test_healthy_h100_passes() -> None:
     assert by[("pcie_generation", "0000:18:00.0")].value == 5
     assert by[("pcie_width", "0000:1a:00.0")].value == 16
     assert by[("gpus_on_pci_bus", None)].value == 8
-    # NVSwitches (NVIDIA, class 0x0680), the Intel NIC and the PCIe switches are not judged.
+    # GPUs, Mellanox functions and the four NVSwitches (NVIDIA, class 0x0680: what the pcie
+    # collector exports too); the Intel NIC and the PCIe switches are not judged.
     pcie_devices = {m.device for m in r.measurements if m.name == "pcie_generation"}
-    assert len(pcie_devices) == 8 + 8 + 2 and "0000:05:00.0" not in pcie_devices
+    assert len(pcie_devices) == 8 + 8 + 2 + 4 and "0000:05:00.0" in pcie_devices and "0000:04:00.0" not in pcie_devices
     parts = r.details["parts"]
     assert parts["nvlink"]["status"] == "skip"
     # The RoCE bond and its slaves are checked; IPoIB netdevs (configured down) and virtual ones are not.
@@ -409,3 +410,11 @@ def test_bad_parameters_are_usage_errors_naming_the_key(key, value, says) -> Non
     letter by letter, nor an error mid-run."""
     with pytest.raises(ValueError, match=says):
         runner.check_params("links", {**links.DEFAULTS, key: value})
+
+
+def test_a_downtrained_nvswitch_fails_as_its_metric_alerts(h100: Path) -> None:
+    """An NVSwitch at x1 of its x2: the pcie collector exports it (and the PCIe width alert fires
+    on it); the check judges it too, held to its own maximum."""
+    put(h100, "bus/pci/devices/0000:05:00.0/current_link_width", "1")
+    r = run_links(h100)
+    assert r.status == "fail" and "0000:05:00.0 PCIe x1 < x2" in r.reason

@@ -26,8 +26,9 @@ could run: never ``pass`` with nothing checked.
     configured, not whether the IB link is up.
 ``pcie``
     ``bus/pci/devices/<bdf>/{current,max}_link_{speed,width}`` (Documentation/ABI/testing/
-    sysfs-bus-pci) of NVIDIA GPUs (vendor 0x10de, class 0x0300/0x0302) and Mellanox network
-    functions (0x15b3, class 0x02): a link below what both ends can do is downtrained. On a real
+    sysfs-bus-pci) of the NVIDIA (vendor 0x10de: GPUs, class 0x03xx, and NVSwitches) and Mellanox
+    (0x15b3) functions, the ones the agent's pcie collector exports: a link below what both ends
+    can do is downtrained. On a real
     /sys the device is a symlink into /sys/devices and the port above it is its parent directory:
     the expected maximum is the lower of the two ends' ``max_link_*``. GPUs are also held to the
     profile's ``gpu_pcie_generation``/``gpu_pcie_width``, and their number to the profile's
@@ -270,7 +271,7 @@ def check_ethernet(netdevs: list[net.Netdev] | None, rdma_netdevs: list[str], pa
                     selected.append(s)
         selected.sort(key=natural_key)
     if not selected:
-        return part.skip("no physical network interface up")
+        return part.skip("no physical Ethernet interface up and no RoCE netdev")
     checked = []
     for n in selected:
         d = info.get(n)
@@ -306,10 +307,11 @@ def _link_report(link: pci.Link) -> dict[str, Any]:
 
 
 def pci_link_reports(functions: list[pci.Function]) -> list[dict[str, Any]]:
-    """One report dict per NVIDIA GPU (``kind`` gpu) and Mellanox network function (``nic``)
-    among the function records -- and per NVIDIA/Mellanox function whose ``class`` cannot be read
-    (``unknown``: held to its own maximum, with a warning) -- with its link and, on a real /sys,
-    the port above it."""
+    """One report dict per function record -- the NVIDIA and Mellanox functions, those the pcie
+    collector exports -- ``kind`` gpu (NVIDIA display class), nic (Mellanox network class),
+    other (an NVSwitch, a bridge) or unknown (``class`` unreadable: warned), with its link and,
+    on a real /sys, the port above it. Only GPUs are held to the profile's generation and width;
+    every link to the lower of both ends' maximum."""
     out = []
     for f in functions:
         if pci.is_gpu(f):
@@ -319,7 +321,7 @@ def pci_link_reports(functions: list[pci.Function]) -> list[dict[str, Any]]:
         elif f.class_code is None:
             kind = "unknown"  # a GPU or a NIC whose class cannot be read: its link is still judged
         else:
-            continue
+            kind = "other"  # an NVSwitch (0x0680), a Mellanox bridge: held to its own maximum
         rec = {"pci": f.pci_bus_id, "kind": kind, "device_id": f.device, **_link_report(f.link)}
         if f.upstream is not None and f.upstream_link is not None:
             rec["upstream"] = f.upstream
@@ -351,7 +353,7 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
             part.problems.append(f"{len(gpus)} NVIDIA GPUs on the PCI bus < {gpus_expected}")
     if not devices:
         if not part.problems:
-            return part.skip("no NVIDIA GPU or Mellanox network device on the PCI bus")
+            return part.skip("no NVIDIA or Mellanox function on the PCI bus")
         return part.finish("")
     want_gen = int(params.get("gpu_pcie_generation") or 0)
     want_lanes = int(params.get("gpu_pcie_width") or 0)
@@ -395,7 +397,10 @@ def check_pcie(devices: list[dict[str, Any]] | None, params: dict[str, Any], gpu
         at_max += ok
     part.info["devices"] = devices
     n_gpu, n_nic = len(gpus), sum(d["kind"] == "nic" for d in devices)
-    return part.finish(f"{at_max}/{len(devices)} links at full speed and width ({n_gpu} GPUs, {n_nic} NIC functions)")
+    n_other = len(devices) - n_gpu - n_nic
+    others = f", {n_other} other NVIDIA/Mellanox functions" if n_other else ""
+    return part.finish(f"{at_max}/{len(devices)} links at full speed and width ({n_gpu} GPUs, {n_nic} NIC functions"
+                       f"{others})")
 
 
 # ---- NVML (d, e) -------------------------------------------------------------------------------------
