@@ -92,7 +92,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, TypeVar
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.parsing.xid import RECOVERY_ACTIONS as _XID_RECOVERY_ACTIONS
+from nodewarden.parsing.xid import RECOVERY_ACTIONS
 
 log = logging.getLogger(__name__)
 
@@ -431,9 +431,8 @@ def decode_clock_event_reasons(mask: int) -> tuple[list[str], list[str]]:
 
 # ---- GPU recovery action ------------------------------------------------------------------------
 
-# nvmlDeviceGpuRecoveryAction_t -> our name (the ``action`` label and event attribute). NVML numbers
-# the actions as the driver's Xid 154 prints them: one table, the parser's.
-RECOVERY_ACTIONS = _XID_RECOVERY_ACTIONS
+# nvmlDeviceGpuRecoveryAction_t -> our name (the ``action`` label and event attribute): NVML numbers
+# the actions as the driver's Xid 154 prints them, so RECOVERY_ACTIONS is the parser's one table.
 RECOVERY_NONE = "none"
 RECOVERY_UNKNOWN = "unknown"  # a value this table lacks (a newer driver)
 # The actions whose series are always exported (0 or 1); the others appear only while current.

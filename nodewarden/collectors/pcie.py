@@ -42,11 +42,10 @@ from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import PCIE_AER, FaultEvent
 from nodewarden.parsing import aer
 from nodewarden.sysfs.attrs import AttrReader
-from nodewarden.sysfs.pci import AER_FILES, MELLANOX, NVIDIA, TOTAL_LINE, AerStats, Function, parse_hex, read_functions
+from nodewarden.sysfs.pci import AER_FILES, TOTAL_LINE, AerStats, Function, parse_hex, read_functions
 
 NAME = "pcie"
 UNREADABLE = "nodewarden_collector_unreadable_files"
-VENDORS = (NVIDIA, MELLANOX)
 HELP = {
     "nodewarden_pcie_aer_errors_total": "PCIe AER errors reported by this function, by severity and error bit (sysfs aer_dev_*).",
     "nodewarden_pcie_link_generation": "PCIe link generation (1-7) from current/max_link_speed.",
@@ -103,7 +102,7 @@ class PcieCollector:
         snap = Snapshot()
         self._seen = {}
         r = AttrReader()
-        functions = read_functions(self.sysfs, r, VENDORS)  # bus order
+        functions = read_functions(self.sysfs, r)  # NVIDIA and Mellanox, in bus order
         for f in functions:
             self._function(snap, f)
         if functions or r.unreadable:  # files found unreadable count even when no function survived them

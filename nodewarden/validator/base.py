@@ -20,7 +20,7 @@ import dataclasses
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from nodewarden import nvml
 from nodewarden.sysfs import pci
@@ -264,7 +264,16 @@ def nvml_snapshot(timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> tuple[list[dict[
     return gpus, why
 
 
-def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str, bool]:
+class NvmlRead(NamedTuple):
+    """What :func:`nvml_with_timeout` read: ``gpus`` (:func:`nvml_snapshot`'s entries, None when
+    not read), ``why`` (why not), ``faulted`` (the driver showed a fault: the check fails)."""
+
+    gpus: list[dict[str, Any]] | None
+    why: str
+    faulted: bool
+
+
+def nvml_with_timeout(seconds: float) -> NvmlRead:
     """:func:`nvml_snapshot` as (gpus, why not, faulted), read under the one NVML timeout
     (:func:`nodewarden.nvml.query`). ``faulted`` is True when the driver is there and showed a
     fault, which fails a check instead of skipping it: NVML did not answer within ``seconds``
@@ -275,14 +284,15 @@ def nvml_with_timeout(seconds: float) -> tuple[list[dict[str, Any]] | None, str,
     try:
         gpus, why = nvml.query(_snapshot, seconds, "validator NVML snapshot")
     except nvml.NvmlTimeout as e:
-        return None, f"{e} (driver hung? nvidia-smi would hang too)", True
+        return NvmlRead(None, f"{e} (driver hung? nvidia-smi would hang too)", True)
     except nvml.GpuLost as e:
-        return None, f"NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST in {e}): fallen off the bus or lost by the driver", True
+        return NvmlRead(None, f"NVML reports a GPU lost (NVML_ERROR_GPU_IS_LOST in {e}): fallen off the bus or "
+                        "lost by the driver", True)
     except nvml.NvmlCallError as e:  # a broken driver's nvmlInit, a count or a GPU's handle refused
-        return None, f"NVML query failed: {e}", True
+        return NvmlRead(None, f"NVML query failed: {e}", True)
     except Exception as e:  # noqa: BLE001 - a check reports it, it does not crash
-        return None, f"NVML query failed: {type(e).__name__}: {e}", True
-    return gpus, why, False
+        return NvmlRead(None, f"NVML query failed: {type(e).__name__}: {e}", True)
+    return NvmlRead(gpus, why, False)
 
 
 NVML_MODES = ("auto", "true", "false", "1", "0", "yes", "no", "on", "off")
