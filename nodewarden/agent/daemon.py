@@ -330,9 +330,10 @@ def run(args: argparse.Namespace) -> int:
         reports.poll()
 
     try:
-        registry = ex.make_registry(agent.snapshot, agent.poller.samples if agent.poller is not None else None)
+        exposition = ex.Exposition(ex.AgentCollector(agent.snapshot,
+                                                     agent.poller.samples if agent.poller is not None else None))
         h = cfg.http
-        server = AgentHTTPServer(addr, registry, agent.health, web=web, settings=ServerSettings(
+        server = AgentHTTPServer(addr, exposition.render, agent.health, web=web, settings=ServerSettings(
             max_connections=h.max_connections, backlog=h.backlog, request_timeout_seconds=h.request_timeout_seconds,
             idle_timeout_seconds=h.idle_timeout_seconds, write_timeout_seconds=h.write_timeout_seconds))
     except FdLimitError as e:

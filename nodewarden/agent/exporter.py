@@ -168,12 +168,14 @@ fresh metric families from a snapshot on each scrape, samples sorted by label va
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 import threading
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from nodewarden import __version__
@@ -620,9 +622,18 @@ class AgentCollector(Collector):
         self._polled = polled
         self._last: Mapping[SeriesKey, float] = {}
         self._last_polled: list[PolledSample] = []
+        self._checked_in: list[PolledSample] | None = None
+        self._checked: dict[str, PolledFamily] = {}
         self._reported: set[str] = set()
 
     def collect(self) -> Iterator[Metric]:
+        for _name, _key, build in self.keyed_families():
+            yield build()
+
+    def keyed_families(self) -> Iterator[tuple[str, Hashable, Callable[[], Metric]]]:
+        """Every family :meth:`collect` yields, in its order, as (name, key, build): ``key`` equal
+        between two calls exactly when the family's samples (and HELP, type) are, ``build()`` its
+        Metric. :class:`Exposition` re-renders a family only when its key changed."""
         try:
             snap = self._snapshot()
             self._last = snap
@@ -637,6 +648,13 @@ class AgentCollector(Collector):
             except Exception:
                 log.exception("polled samples failed; serving the previous ones")
                 polled = self._last_polled
+        if polled != self._checked_in:  # the contract check runs once per change of the samples
+            self._checked_in = polled
+            self._checked = self._check(polled)
+        yield from keyed_families(snap)
+        yield from keyed_polled_families(self._checked)
+
+    def _check(self, polled: list[PolledSample]) -> dict[str, PolledFamily]:
         fams, problems = check_samples(polled)
         for msg in problems:
             if msg not in self._reported:
@@ -645,12 +663,12 @@ class AgentCollector(Collector):
                 log.warning("collector contract: %s", msg)
             else:
                 log.debug("collector contract: %s", msg)
-        yield from families(snap)
-        yield from polled_families(fams)
+        return fams
 
 
-def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
-    """Metric families for a snapshot, in :data:`FAMILIES` order, samples sorted by labels."""
+def keyed_families(snap: Mapping[SeriesKey, float]) -> Iterator[tuple[str, Hashable, Callable[[], Metric]]]:
+    """The agent's families of a snapshot, in :data:`FAMILIES` order, as (name, key, build)
+    (:meth:`AgentCollector.keyed_families`); samples sorted by labels."""
     by_family: dict[str, list[tuple[tuple[str, ...], float]]] = {}
     for (name, labels), value in snap.items():
         by_family.setdefault(name, []).append((labels, value))
@@ -660,27 +678,88 @@ def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
             samples = [((__version__,), 1.0)]
         elif not samples and not fam.labels and fam.type == "counter":
             samples = [((), 0.0)]  # a counter without labels exists from the start: its first rise is seen
-        cls = CounterMetricFamily if fam.type == "counter" else GaugeMetricFamily
-        metric = cls(fam.name, fam.help, labels=list(fam.labels))
-        for labels, value in samples:
-            metric.add_metric(list(labels), value)
-        yield metric
+        yield fam.name, tuple(samples), functools.partial(_agent_metric, fam, samples)
+
+
+def _agent_metric(fam: Family, samples: list[tuple[tuple[str, ...], float]]) -> Metric:
+    cls = CounterMetricFamily if fam.type == "counter" else GaugeMetricFamily
+    metric = cls(fam.name, fam.help, labels=list(fam.labels))
+    for labels, value in samples:
+        metric.add_metric(list(labels), value)
+    return metric
+
+
+def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
+    """Metric families for a snapshot, in :data:`FAMILIES` order, samples sorted by labels."""
+    for _name, _key, build in keyed_families(snap):
+        yield build()
+
+
+def keyed_polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[tuple[str, Hashable, Callable[[], Metric]]]:
+    """The polled collectors' families (from :func:`check_samples`) sorted by name, as (name,
+    key, build); samples sorted by their label pairs (labels written in name order)."""
+    for name in sorted(fams):
+        f = fams[name]
+        items = tuple(sorted(f.samples.items()))
+        yield name, (f.type, f.help, f.collector, items), functools.partial(_polled_metric, f, items)
+
+
+def _polled_metric(f: PolledFamily, items: tuple[tuple[tuple[tuple[str, str], ...], float], ...]) -> Metric:
+    help_text = f.help or f"{f.name} (collector {f.collector})."
+    metric: Metric = CounterMetricFamily(f.name, help_text) if f.type == COUNTER else GaugeMetricFamily(f.name, help_text)
+    for key, value in items:
+        metric.add_sample(f.name, dict(key), value)
+    return metric
 
 
 def polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[Metric]:
     """The polled collectors' families (from :func:`check_samples`), sorted by name, samples
     sorted by their label pairs (labels written in name order)."""
-    for name in sorted(fams):
-        f = fams[name]
-        help_text = f.help or f"{name} (collector {f.collector})."
-        metric: Metric
-        if f.type == COUNTER:
-            metric = CounterMetricFamily(name, help_text)
-        else:
-            metric = GaugeMetricFamily(name, help_text)
-        for key in sorted(f.samples):
-            metric.add_sample(name, dict(key), f.samples[key])
-        yield metric
+    for _name, _key, build in keyed_polled_families(fams):
+        yield build()
+
+
+class _OneFamily:
+    """What prometheus_client's ``generate_latest`` reads of a registry (``collect()``), for one
+    family: the format stays prometheus_client's, family by family."""
+
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+
+    def collect(self) -> list[Metric]:
+        return [self.metric]
+
+
+class Exposition:
+    """The ``/metrics`` body of an :class:`AgentCollector`, byte for byte what
+    ``generate_latest(make_registry(...))`` gives (a test holds it), rendered family by family and
+    kept: a family whose samples did not change since the last render is not formatted again, and
+    when nothing changed the last body is served as it is. Thread-safe (one render at a time)."""
+
+    def __init__(self, collector: AgentCollector) -> None:
+        self.collector = collector
+        self._lock = threading.Lock()
+        self._blocks: dict[str, tuple[Hashable, bytes]] = {}
+        self._body = b""
+        self.families_rendered = 0  # families formatted since start (the rest came from the cache)
+
+    def render(self) -> bytes:
+        """The exposition in the text format (``CONTENT_TYPE_LATEST``). Never raises for a
+        collector or snapshot error (the collector serves its last good state)."""
+        with self._lock:
+            blocks: dict[str, tuple[Hashable, bytes]] = {}
+            changed = False
+            for name, key, build in self.collector.keyed_families():
+                cached = self._blocks.get(name)
+                if cached is None or cached[0] != key:
+                    cached = (key, generate_latest(_OneFamily(build())))  # type: ignore[arg-type]
+                    self.families_rendered += 1
+                    changed = True
+                blocks[name] = cached
+            if changed or blocks.keys() != self._blocks.keys():
+                self._body = b"".join(b for _, b in blocks.values())
+            self._blocks = blocks
+            return self._body
 
 
 def make_registry(snapshot: Callable[[], Mapping[SeriesKey, float]],

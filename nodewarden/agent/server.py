@@ -1,6 +1,7 @@
 """The agent's HTTP endpoint:
 
-* ``GET``/``HEAD /metrics``: Prometheus text format (``prometheus_client.exposition.generate_latest``)
+* ``GET``/``HEAD /metrics``: Prometheus text format (``prometheus_client.exposition.generate_latest``,
+  family by family, kept between changes: :class:`nodewarden.agent.exporter.Exposition`)
 * ``GET``/``HEAD /healthz``: small JSON, 200 when ``ok`` else 503 (see :func:`nodewarden.agent.daemon.health`)
 * ``/``: a link page; anything else 404, other methods 405.
 
@@ -143,17 +144,20 @@ def _peer(addr: Any) -> str:
 
 
 class AgentHTTPServer:
-    """Serves ``registry`` on /metrics and ``health()`` on /healthz at ``addr``; ``web``: TLS,
-    basic auth and extra headers (None: plain HTTP, no auth).
+    """Serves ``metrics`` on /metrics and ``health()`` on /healthz at ``addr``; ``web``: TLS,
+    basic auth and extra headers (None: plain HTTP, no auth). ``metrics``: a function returning the
+    body (the agent's :meth:`nodewarden.agent.exporter.Exposition.render`: bytes kept between
+    changes), or a registry, rendered with ``generate_latest`` at each scrape.
 
     The socket is bound and listening when the constructor returns (OSError when it cannot be;
     :class:`FdLimitError` when the open-file limit is too low). :meth:`serve_forever` runs the
     loop in the calling thread until :meth:`shutdown`; :meth:`server_close` closes the socket.
     """
 
-    def __init__(self, addr: tuple[str, int], registry: CollectorRegistry, health: Callable[[], dict[str, Any]],
-                 settings: ServerSettings | None = None, web: WebConfig | None = None) -> None:
-        self.registry = registry
+    def __init__(self, addr: tuple[str, int], metrics: CollectorRegistry | Callable[[], bytes],
+                 health: Callable[[], dict[str, Any]], settings: ServerSettings | None = None,
+                 web: WebConfig | None = None) -> None:
+        self.metrics: Callable[[], bytes] = metrics if callable(metrics) else lambda: generate_latest(metrics)
         self.health = health
         self.settings = settings or ServerSettings()
         self.web = web
@@ -331,7 +335,7 @@ class AgentHTTPServer:
         if path == "/metrics":
             assert self._loop is not None
             try:
-                body = await self._loop.run_in_executor(self._render, generate_latest, self.registry)
+                body = await self._loop.run_in_executor(self._render, self.metrics)
             except Exception:  # never expected: the collector serves its last snapshot on errors
                 log.exception("rendering /metrics failed")
                 return 500, [], b"internal error\n"

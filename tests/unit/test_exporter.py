@@ -332,3 +332,39 @@ def test_promtool_accepts_the_merged_output() -> None:
     text = polled_text(polled, c).encode()
     r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=30)
     assert r.returncode == 0, (r.stdout + r.stderr).decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# The exposition kept between changes
+
+def test_exposition_is_generate_latest_byte_for_byte_and_renders_only_what_changed(monkeypatch) -> None:
+    """prometheus_client stays the format's authority: the kept body equals a fresh
+    generate_latest of the same state after every change; an unchanged state formats nothing
+    and runs no contract check; one changed family is the one formatted again."""
+    c = Counters()
+    polled = [
+        ("infiniband", Sample("nodewarden_ib_port_state", (("device", "mlx5_0"), ("port", "1")), 4, GAUGE, "IB state")),
+        ("edac", Sample("nodewarden_collector_unreadable_files", (("collector", "edac"),), 0, GAUGE, "unreadable")),
+    ]
+    checks = []
+    real_check = ex.check_samples
+    monkeypatch.setattr(ex, "check_samples", lambda p, *a: checks.append(1) or real_check(p, *a))
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
+
+    def fresh() -> bytes:  # a registry of its own: its contract checks are not counted
+        n = len(checks)
+        out = generate_latest(make_registry(c.snapshot, lambda: list(polled)))
+        del checks[n:]
+        return out
+
+    body = expo.render()
+    assert body == fresh()
+    n, n_checks = expo.families_rendered, len(checks)
+    assert expo.render() is body and expo.families_rendered == n and len(checks) == n_checks
+    c.add(ex.OVERRUNS)                                        # one agent family changes
+    assert expo.render() == fresh() and expo.families_rendered == n + 1 and len(checks) == n_checks
+    polled[0] = (polled[0][0], Sample("nodewarden_ib_port_state", (("device", "mlx5_0"), ("port", "1")), 1, GAUGE,
+                                      "IB state"))           # one polled family changes
+    assert expo.render() == fresh() and expo.families_rendered == n + 2 and len(checks) == n_checks + 1
+    del polled[1]                                             # a family goes away
+    assert expo.render() == fresh() and b"nodewarden_collector_unreadable_files" not in expo.render()
