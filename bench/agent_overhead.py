@@ -140,7 +140,9 @@ def main() -> int:
         config.write_text(f'listen = "127.0.0.1:{agent_port}"\nstate_dir = "{tmp / "state"}"\n'
                           f'hostname = "bench-node"\nsysfs = "{sysfs}"\nprocfs = "{tmp / "proc"}"\n'
                           "poll_interval_seconds = 10\ncollector_timeout_seconds = 5\nlog_level = \"warning\"\n"
-                          "[validator]\nenabled = false\n")
+                          "[validator]\nenabled = false\n"
+                          # the bench's Xid lines are written from user space (facility user)
+                          "[kernel_log]\naccept_injected = true\n")
         env = nvmlsim.env(libdir, state)
         env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         agent = subprocess.Popen([sys.executable, "-m", "nodewarden", "agent", "--config", str(config)], cwd=REPO,
