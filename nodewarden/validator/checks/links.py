@@ -51,7 +51,10 @@ a GPU whose NVML recovery action (field ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION``,
 :mod:`nodewarden.nvml`) is not ``none`` fails the check before any part runs, the reason naming
 the GPU and the action (``GPU 1 (0000:2a:00.0) must be recovered first: NVML recovery action
 gpu_reset``), ``details["reset_required"]`` listing them. A driver without that field (before
-r570) is not a failure.
+r570) is not a failure. A driver that is there and shows a fault -- NVML not answering within
+``nvml_timeout_seconds``, a GPU answering NVML_ERROR_GPU_IS_LOST, nvmlInit failing other than for
+a missing driver, a GPU's handle refused -- fails the ``nvlink`` part, never skips it
+(:func:`nodewarden.validator.base.nvml_with_timeout`); only a node without NVML skips it.
 
 The NVIDIA driver lowers a GPU's PCIe speed when the GPU is not in use (nvidia-smi(1), "PCIe
 Generation ... may be reduced when the GPU is not in use"): when NVML reports a GPU in a power
