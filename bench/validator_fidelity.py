@@ -111,9 +111,9 @@ def likwid(kernel: str, total_bytes: int, threads: int) -> dict[str, Any]:
 
 
 def memory(args: argparse.Namespace) -> dict[str, Any]:
-    from nodewarden.validator import checks
+    from nodewarden.validator import registry
     deadline = time.monotonic() + args.wait_seconds
-    while "host_memory_bandwidth" not in checks.NAMES or not (
+    while "host_memory_bandwidth" not in registry.NAMES or not (
             Path(checks.__file__).parent / "host_memory_bandwidth.py").exists():
         if time.monotonic() > deadline:
             return {"error": "the host_memory_bandwidth check is not available"}

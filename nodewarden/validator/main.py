@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TextIO
 
 from nodewarden import exitcodes, nvml
-from nodewarden.validator import checks, profiles, report, runner
+from nodewarden.validator import profiles, registry, report, runner
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.result import exit_code
 
@@ -57,20 +57,20 @@ def parse_checks(text: str | None, quick: bool) -> list[str]:
     """``a,b`` -> names in suite order (None: the suite, or the quick one); raises ValueError
     naming an unknown check, or for a selection that names none (``""``, ``,``)."""
     if text is None:
-        return list(checks.QUICK_NAMES if quick else checks.NAMES)
+        return list(registry.QUICK_NAMES if quick else registry.NAMES)
     wanted = [t.strip() for t in text.split(",") if t.strip()]
     if not wanted:
-        raise ValueError(f"--checks {text!r} names no check; known: {', '.join(checks.NAMES)}")
-    unknown = [w for w in wanted if w not in checks.NAMES]
+        raise ValueError(f"--checks {text!r} names no check; known: {', '.join(registry.NAMES)}")
+    unknown = [w for w in wanted if w not in registry.NAMES]
     if unknown:
-        raise ValueError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(checks.NAMES)}")
-    return [n for n in checks.NAMES if n in wanted]
+        raise ValueError(f"unknown check(s) {', '.join(unknown)}; known: {', '.join(registry.NAMES)}")
+    return [n for n in registry.NAMES if n in wanted]
 
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
-        print("checks:   " + ", ".join(checks.NAMES))
-        print("quick:    " + ", ".join(checks.QUICK_NAMES))
+        print("checks:   " + ", ".join(registry.NAMES))
+        print("quick:    " + ", ".join(registry.QUICK_NAMES))
         print("profiles: auto, " + ", ".join(profiles.names()))
         return exitcodes.OK
     try:
@@ -154,7 +154,7 @@ def _seconds_arg(text: str) -> float:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checks", help=f"comma-separated subset of: {', '.join(checks.NAMES)}")
+    p.add_argument("--checks", help=f"comma-separated subset of: {', '.join(registry.NAMES)}")
     p.add_argument("--quick", action="store_true", help="the prolog gate: a subset with small sizes (< 45 s)")
     p.add_argument("--profile", default="auto", help="hardware profile, or auto (from the GPU's NVML name)")
     p.add_argument("--nvml-timeout", type=_seconds_arg, default=nvml.DEFAULT_TIMEOUT_S, metavar="SECONDS",

@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
-from nodewarden.validator import checks
+from nodewarden.validator import registry
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.result import ERROR, FAIL, PASS, SKIP, WARN, CheckResult
 
@@ -19,7 +19,7 @@ def check_params(name: str, params: dict[str, Any]) -> None:
     """Validate check ``name``'s parameters before anything runs, as its ``run()`` would (its
     ``validate_params``/``checked_params``). Raises ValueError naming the parameter."""
     import os
-    mod = checks.get(name)
+    mod = registry.get(name)
     if hasattr(mod, "checked_params"):
         mod.checked_params(params)
     elif hasattr(mod, "validate_params"):
@@ -32,7 +32,7 @@ def check_params(name: str, params: dict[str, Any]) -> None:
 def params_for(name: str, ctx: RunContext) -> dict[str, Any]:
     """A check's parameters: its DEFAULTS, then QUICK (with --quick), then the profile's table
     (which carries the config file and --set overrides)."""
-    mod = checks.get(name)
+    mod = registry.get(name)
     params = dict(getattr(mod, "DEFAULTS", {}))
     if ctx.quick:
         params.update(getattr(mod, "QUICK", {}))
@@ -52,7 +52,7 @@ def run_check(name: str, ctx: RunContext) -> CheckResult:
     t0 = time.monotonic()
     compute = None
     try:
-        mod = checks.get(name)
+        mod = registry.get(name)
         needs = tuple(getattr(mod, "NEEDS", ()))
         if "torch" in needs:
             compute = ctx.compute()

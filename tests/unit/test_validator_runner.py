@@ -15,7 +15,7 @@ import pytest
 
 from nodewarden import exitcodes
 from nodewarden.cli import main
-from nodewarden.validator import checks, profiles, runner
+from nodewarden.validator import checks, profiles, registry, runner
 from nodewarden.validator.base import RunContext
 from nodewarden.validator.result import CheckResult, Measurement, exit_code
 
@@ -42,20 +42,21 @@ def fake_checks(monkeypatch: pytest.MonkeyPatch):
     mods = {"alpha": _module("alpha", rate, defaults={"rate": 100.0, "min": 0}),
             "beta": _module("beta", boom),
             "gamma": _module("gamma", lambda ctx, p: CheckResult("gamma", "pass"), needs=("gpu",))}
-    monkeypatch.setattr(checks, "NAMES", tuple(mods))
-    monkeypatch.setattr(checks, "QUICK_NAMES", ("alpha",))
-    monkeypatch.setattr(checks, "get", lambda name: mods[name])
+    monkeypatch.setattr(registry, "NAMES", tuple(mods))
+    monkeypatch.setattr(registry, "QUICK_NAMES", ("alpha",))
+    monkeypatch.setattr(registry, "get", lambda name: mods[name])
     return mods
 
 
 def test_check_modules_match_the_registry() -> None:
-    """The explicit list in checks/__init__ and the modules in the package stay in step."""
+    """The explicit list in nodewarden.validator.registry and the modules of the checks package
+    stay in step."""
     folder = Path(checks.__file__).parent
     files = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
-    assert sorted(checks.NAMES) == files
-    assert set(checks.QUICK_NAMES) <= set(checks.NAMES)
-    for name in checks.NAMES:
-        mod = checks.get(name)
+    assert sorted(registry.NAMES) == files
+    assert set(registry.QUICK_NAMES) <= set(registry.NAMES)
+    for name in registry.NAMES:
+        mod = registry.get(name)
         assert mod.NAME == name
         assert isinstance(mod.NEEDS, tuple) and isinstance(mod.DEFAULTS, dict) and callable(mod.run)
 
@@ -169,9 +170,9 @@ def test_every_profile_has_a_table_per_check() -> None:
     for name in profiles.names():
         prof = profiles.load(name)
         assert prof["name"] == name
-        for check in checks.NAMES:
+        for check in registry.NAMES:
             assert isinstance(prof.get(check), dict), (name, check)
-        for table in (prof[c] for c in checks.NAMES):
+        for table in (prof[c] for c in registry.NAMES):
             for key, value in table.items():
                 assert isinstance(value, (int, float, str, bool)), (name, key)
 

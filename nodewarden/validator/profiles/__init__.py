@@ -83,7 +83,7 @@ def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[st
     merged in. Raises ProfileError naming the file and key for unknown checks or bad values: an
     unknown parameter, or a number (alone or in a list) that is NaN, infinite or negative (no
     parameter of a check takes one: sizes, counts, seconds, thresholds and ratios are >= 0)."""
-    from nodewarden.validator.checks import NAMES
+    from nodewarden.validator.registry import NAMES
 
     merged = copy.deepcopy(profile)
     if path is not None:
@@ -126,7 +126,7 @@ def apply_config(profile: dict[str, Any], path: str | Path | None, sets: list[st
 def known_keys(check: str) -> set[str]:
     """Parameters check ``check`` understands: its DEFAULTS and QUICK keys and every key a
     shipped profile sets for it."""
-    from nodewarden.validator.checks import get
+    from nodewarden.validator.registry import get
 
     mod = get(check)
     keys = set(getattr(mod, "DEFAULTS", {})) | set(getattr(mod, "QUICK", {}))
