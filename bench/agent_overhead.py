@@ -20,7 +20,7 @@ Measured:
 
 Usage (root, from the repository root)::
 
-    python3 bench/agent_overhead.py [--window 120] [--out bench/results/agent_overhead.json]
+    python3 bench/agent_overhead.py [--window 120] [--out bench/results/agent_overhead.json] [--without-nvml]
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ def main() -> int:
     ap.add_argument("--scrapes", type=int, default=50)
     ap.add_argument("--lines", type=int, default=50)
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "agent_overhead.json"))
+    ap.add_argument("--without-nvml", action="store_true",
+                    help="the NVML collector off: the agent's cost without the NVML simulator's")
     args = ap.parse_args()
     if os.geteuid() != 0 or not os.access("/dev/kmsg", os.W_OK):
         sys.exit("needs root: writes into /dev/kmsg")
@@ -142,7 +144,8 @@ def main() -> int:
                           "poll_interval_seconds = 10\ncollector_timeout_seconds = 5\nlog_level = \"warning\"\n"
                           "[validator]\nenabled = false\n"
                           # the bench's Xid lines are written from user space (facility user)
-                          "[kernel_log]\naccept_injected = true\n")
+                          "[kernel_log]\naccept_injected = true\n"
+                          + ("[collectors]\nnvml = false\n" if args.without_nvml else ""))
         env = nvmlsim.env(libdir, state)
         env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         agent = subprocess.Popen([sys.executable, "-m", "nodewarden", "agent", "--config", str(config)], cwd=REPO,
@@ -153,7 +156,8 @@ def main() -> int:
         procs.append(ne)
         a_url, n_url = f"http://127.0.0.1:{agent_port}/metrics", f"http://127.0.0.1:{ne_port}/metrics"
         wait("the agent", lambda: json.loads(get(f"http://127.0.0.1:{agent_port}/healthz"))["kmsg_readable"])
-        wait("the agent's first poll", lambda: b'nodewarden_gpu_info{' in get(a_url)
+        first = b'nodewarden_net_up{' if args.without_nvml else b'nodewarden_gpu_info{'
+        wait("the agent's first poll", lambda: first in get(a_url)
              and b'nodewarden_ib_port_state{' in get(a_url))
         wait("node_exporter", lambda: b"node_cpu_seconds_total" in get(n_url))
         time.sleep(2.0)
@@ -209,7 +213,8 @@ def main() -> int:
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                         "node_exporter": ne_version[0] if ne_version else None},
-            "setup": {"gpus": 8, "gpu_source": "tests/nvmlsim (NVML simulator)",
+            "setup": {"gpus": 0 if args.without_nvml else 8,
+                      "gpu_source": "none: NVML collector off" if args.without_nvml else "tests/nvmlsim (NVML simulator)",
                       "sysfs": "tests/fixtures/sysfs/h100-hgx-ndr (8 NDR IB ports + RoCE LAG)",
                       "poll_interval_seconds": 10, "kernel_log": "real /dev/kmsg",
                       "node_exporter": "default collectors on this machine's /proc and /sys",
