@@ -32,6 +32,7 @@ import re
 from typing import Any
 
 from nodewarden.parsing import aer, edac
+from nodewarden.parsing.lines import matched_fields
 
 HEAD_RE = re.compile(r"\{(?P<seq>[0-9]{1,9})\}\[Hardware Error\]: ?(?P<body>.*)$", re.S)
 HINT_RE = re.compile(r"\{[0-9]+\}\[Hardware Error\]:")
@@ -98,11 +99,7 @@ def parse_line(message: str) -> tuple[int, str, dict[str, Any]] | None:
         g = pat.match(body)
         if g is None:
             continue
-        f: dict[str, Any] = {}
-        for k, v in g.groupdict().items():
-            if v is None:
-                continue
-            f[k] = int(v, _INTS[k]) if k in _INTS else v
+        f = matched_fields(g, _INTS)
         if kind == "location":
             f["location"] = _location(f["location"])
         elif kind == "device_bdf":

@@ -21,6 +21,7 @@ is never a fault; :mod:`nodewarden.parsing.stream` counts it as ``unparsed`` (se
 from __future__ import annotations
 
 import re
+from typing import Any, Mapping
 
 # Words one of which every kernel record a parser reads holds: a cheap substring test before any
 # regex (nodewarden.parsing.stream.KernelLogParser.feed) and the test by which a JSON wrapper's
@@ -74,3 +75,9 @@ def driver_message(message: str, bare: bool = False) -> str:
         if semi > 0 and not _NOT_A_FIELD.search(s, 0, semi):
             return s[semi + 1:].lstrip(" \t")
     return s
+
+
+def matched_fields(m: re.Match[str], bases: Mapping[str, int]) -> dict[str, Any]:
+    """The named groups a line's regex matched (unmatched ones left out), those in ``bases``
+    read as integers in their base (``{"status": 16, "cpu": 10}``), the others kept as text."""
+    return {k: int(v, bases[k]) if k in bases else v for k, v in m.groupdict().items() if v is not None}

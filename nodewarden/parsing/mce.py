@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nodewarden.parsing.lines import matched_fields
+
 MCE_HEAD_RE = re.compile(
     r"mce: \[Hardware Error\]: CPU (?P<cpu>[0-9]{1,9}): Machine Check(?P<exc> Exception)?: "
     r"(?P<mcg>[0-9a-fA-F]+) Bank (?P<bank>[0-9]{1,9}): (?P<status>[0-9a-fA-F]{1,16})\b")
@@ -114,6 +116,7 @@ _AMD_LINES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((k, re.compile(p + r
 ))
 _AMD_HEX = frozenset({"status", "addr", "ppin", "ipid", "synd", "synd1", "synd2", "family", "model", "stepping"})
 _AMD_DEC = frozenset({"cpu", "bank", "tsc", "ext_error_code", "reserved_bank", "node"})
+_AMD_BASES = {**dict.fromkeys(_AMD_HEX, 16), **dict.fromkeys(_AMD_DEC, 10)}
 # MCA_STATUS bits AMD adds (AMD64 APM vol. 2, "MCA_STATUS"; mce_amd.c MCI_STATUS_*).
 _DEFERRED, _POISON = 44, 43
 SMCA_UMC_HWID = 0x96  # MCA_IPID[43:32] HardwareID of the Unified Memory Controller (arch/x86/kernel/cpu/mce/amd.c)
@@ -136,11 +139,7 @@ def parse_amd_line(message: str) -> tuple[str, dict[str, Any]] | None:
         g = pat.match(rest)
         if g is None:
             continue
-        f: dict[str, Any] = {}
-        for k, v in g.groupdict().items():
-            if v is None:
-                continue
-            f[k] = int(v, 16) if k in _AMD_HEX else int(v) if k in _AMD_DEC else v
+        f = matched_fields(g, _AMD_BASES)
         if kind == "status":
             f["flags"] = [x for x in f["flags"].split("|") if x and x != "-"]
         return kind, f

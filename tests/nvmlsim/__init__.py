@@ -76,8 +76,10 @@ from __future__ import annotations
 import copy
 import json
 import os
+import select
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -207,3 +209,37 @@ def update_gpu(path: str | os.PathLike[str], index: int, patch: dict[str, Any]) 
     top = {k: v for k, v in state.items() if k != "gpus"}
     write_state(path, state["gpus"], **top)
     return state["gpus"][index]
+
+
+class Child:
+    """A Python child process that loads the simulator (``libdir``, ``state``) and runs ``code``,
+    a driver reading one command per stdin line and answering one JSON line per command."""
+
+    def __init__(self, libdir: Path, state: Path, code: str) -> None:
+        e = env(libdir, state)
+        e["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+        self.proc = subprocess.Popen([sys.executable, "-c", code], env=e, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def send(self, cmd: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float) -> dict[str, Any] | None:
+        """The next JSON line, or None when none came within ``timeout`` seconds."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.proc.stdout.readline()
+        assert line, f"child process died: {self.proc.stderr.read() if self.proc.stderr else ''}"
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.communicate(timeout=10)
+        except ValueError:  # its pipes were already read to the end (and closed)
+            pass

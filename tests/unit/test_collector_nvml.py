@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import select
 import subprocess
 import sys
 import time
@@ -56,29 +55,11 @@ BUS = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
        "0000:9b:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0")
 
 
-class Poller:
+class Poller(nvmlsim.Child):
     """The child process running the collector."""
 
     def __init__(self, libdir: Path, state: Path) -> None:
-        env = nvmlsim.env(libdir, state)
-        env["PYTHONPATH"] = str(ROOT)
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def send(self, cmd: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self, timeout: float) -> dict[str, Any] | None:
-        """The next JSON line, or None when none came within ``timeout`` seconds."""
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        assert line, f"collector process died: {self.proc.stderr.read() if self.proc.stderr else ''}"
-        return json.loads(line)
+        super().__init__(libdir, state, DRIVER)
 
     def poll(self) -> "Polled":
         self.send("poll")
@@ -86,14 +67,6 @@ class Poller:
         assert got is not None, "poll did not answer"
         assert "error" not in got, got["error"]
         return Polled(got)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(5)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                f.close()
 
 
 class Polled:

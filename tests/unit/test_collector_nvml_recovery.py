@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import select
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,26 +75,11 @@ SERIES = "nodewarden_gpu_recovery_action"
 LABELS = ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset")  # the events' action names
 
 
-class Child:
+class Child(nvmlsim.Child):
+    """The child process running the collector (and, on ``agent-poll``, the agent's poller)."""
+
     def __init__(self, libdir: Path, state: Path) -> None:
-        env = nvmlsim.env(libdir, state)
-        env["PYTHONPATH"] = str(ROOT)
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER], env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def send(self, cmd: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(cmd + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self, timeout: float) -> dict[str, Any] | None:
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        assert line, "collector process died"
-        return json.loads(line)
+        super().__init__(libdir, state, DRIVER)
 
     def ask(self, cmd: str, timeout: float = 30) -> dict[str, Any]:
         self.send(cmd)
@@ -114,10 +97,6 @@ class Child:
         _, err = self.proc.communicate(timeout=10)
         return err
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate(timeout=10)
 
 
 class Polled:
