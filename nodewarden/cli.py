@@ -14,10 +14,9 @@ import json
 import os
 import sys
 import traceback
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from nodewarden import __version__, exitcodes
-from nodewarden.analysis.cluster import ClusterError
 from nodewarden.events import KINDS, parse_iso_utc
 
 SIGINT_EXIT = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
@@ -66,10 +65,45 @@ def _kinds_arg(text: str) -> frozenset[str]:
     return kinds
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose arguments may be added at its first use: ``populate`` (a
+    function of the parser) is called once, before the first parse or help text. A subcommand's
+    options that need imports of their own (``validate``'s: the validator's checks and profiles)
+    are declared so, and running another command (the agent) never loads those modules."""
+
+    def __init__(self, *args: Any, populate: Callable[[argparse.ArgumentParser], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._populate = populate
+
+    def _populated(self) -> None:
+        populate, self._populate = self._populate, None
+        if populate is not None:
+            populate(self)
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._populated()
+        return super().parse_known_args(args, namespace)
+
+    def format_usage(self) -> str:
+        self._populated()
+        return super().format_usage()
+
+    def format_help(self) -> str:
+        self._populated()
+        return super().format_help()
+
+
+def _add_validate_arguments(p: argparse.ArgumentParser) -> None:
+    from nodewarden.validator.main import add_arguments
+    add_arguments(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nodewarden", description="GPU-node hardware validator and fault telemetry.")
     p.add_argument("--version", action="version", version=f"nodewarden {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     def add_input_options(sp: argparse.ArgumentParser) -> None:
@@ -100,9 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="parse the files on the Dask cluster of this scheduler (tcp://HOST:8786; the "
                              "[dask] extra); its workers must see the same paths")
 
-    va = sub.add_parser("validate", help="run the hardware validation suite (exit 0 healthy, 1 drain)")
-    from nodewarden.validator.main import add_arguments as add_validate_arguments
-    add_validate_arguments(va)
+    # validate's options are added when `validate` is parsed (or its help shown): they import the
+    # validator, which no other command needs
+    va = sub.add_parser("validate", help="run the hardware validation suite (exit 0 healthy, 1 drain)",
+                        populate=_add_validate_arguments)
     va.set_defaults(func=cmd_validate)
 
     ev = sub.add_parser("events", help="print fault events found in logs as JSON lines")
@@ -195,9 +230,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"nodewarden: {e}", file=sys.stderr)
         return exitcodes.USAGE
-    except ClusterError as e:
-        print(f"nodewarden: {e}", file=sys.stderr)
-        return exitcodes.INCOMPLETE
     except BrokenPipeError:  # `nodewarden events ... | head`
         try:
             sys.stdout = None  # type: ignore[assignment]
@@ -206,9 +238,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return SIGINT_EXIT
     except Exception as e:  # noqa: BLE001 - the one catch-all: report it, never as a usage error
+        if _is_cluster_error(e):
+            print(f"nodewarden: {e}", file=sys.stderr)
+            return exitcodes.INCOMPLETE
         traceback.print_exc(file=sys.stderr)
         print(f"nodewarden: {args.command} could not complete: {type(e).__name__}: {e}", file=sys.stderr)
         return exitcodes.INCOMPLETE
+
+
+def _is_cluster_error(e: BaseException) -> bool:
+    """Whether ``e`` is a ``nodewarden.analysis.cluster.ClusterError``. Only a command that imported
+    that module can raise one: it is looked up in ``sys.modules``, so that the commands that do not
+    read logs (the agent) never load the analysis package."""
+    cluster = sys.modules.get("nodewarden.analysis.cluster")
+    return cluster is not None and isinstance(e, cluster.ClusterError)
 
 
 def _ingest(args: argparse.Namespace, kinds: frozenset[str] | None, hosts: frozenset[str] | None = None,
@@ -216,6 +259,7 @@ def _ingest(args: argparse.Namespace, kinds: frozenset[str] | None, hosts: froze
     """``ingest()`` of the command's inputs: (events iterator, stats). ``kinds`` (None: every
     kind), ``hosts`` and ``link_grace_s`` as :class:`nodewarden.analysis.ingest.Filters` takes
     them. Raises UsageError when ``--scheduler`` cannot be used (unreachable, no [dask] extra)."""
+    from nodewarden.analysis.cluster import ClusterError
     from nodewarden.analysis.ingest import Filters, ingest
 
     def on_error(msg: str) -> None:

@@ -12,10 +12,24 @@ import datetime as dt
 import json
 from typing import Any
 
-try:  # optional: about ten times faster JSON rendering for `nodewarden events` on large logs
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the installation
-    _orjson = None
+# orjson (optional: about ten times faster JSON rendering for `nodewarden events` on large logs),
+# imported by the first FaultEvent.to_json, so that a process rendering no event (an agent on a
+# quiet node) never loads it: None until then, False when it is not installed.
+_orjson: Any = None
+
+
+def _orjson_module() -> Any:
+    """The ``orjson`` module, or None when it is not installed; imported once, at first use."""
+    global _orjson
+    if _orjson is None:
+        try:
+            import orjson
+        except ImportError:  # pragma: no cover - depends on the installation
+            _orjson = False
+        else:
+            _orjson = orjson
+    return _orjson or None
+
 
 # Event kinds. Parsers only emit these; the JSON output and the metrics key on them.
 XID = "xid"  # NVIDIA Xid (kernel NVRM line, or the text-only "fallen off the bus" form as Xid 79)
@@ -136,9 +150,10 @@ class FaultEvent:
         """One line of JSON (UTF-8 text, compact separators); orjson renders it when installed."""
         if self.json_cache is not None:
             return self.json_cache
-        if _orjson is not None:
+        fast = _orjson_module()
+        if fast is not None:
             try:
-                return _orjson.dumps(self.to_dict(), default=str).decode()
+                return fast.dumps(self.to_dict(), default=str).decode()
             except TypeError:  # an integer wider than 64 bits: the standard library copes
                 pass
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"), default=str)

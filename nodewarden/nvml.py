@@ -83,13 +83,15 @@ treated alike), a very old one lacks ``nvmlDeviceGetFieldValues`` itself:
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import os
+import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from nodewarden.parsing.pci import normalize_pci
 from nodewarden.parsing.xid import RECOVERY_ACTIONS
@@ -375,11 +377,18 @@ def clock_event_reasons(s: Session, h: Any) -> tuple[int | None, str | None]:
     return None, None
 
 
-def nvlink_states(s: Session, h: Any) -> dict[int, bool]:
+def nvlink_states(s: Session, h: Any, links: Iterable[int] | None = None) -> dict[int, bool]:
     """link -> active (``nvmlDeviceGetNvLinkState``) for each NVLink link GPU ``h`` answers
-    for, 0 .. ``NVML_NVLINK_MAX_LINKS``-1; {} for a GPU without NVLink (link 0 does not answer:
-    a PCIe card). Raises GpuLost."""
+    for, of ``links`` (default 0 .. ``NVML_NVLINK_MAX_LINKS``-1: a probe of every link, which a
+    caller can keep and pass again: the links a GPU has do not change while the driver is
+    loaded); {} for a GPU without NVLink (link 0 does not answer: a PCIe card). Raises GpuLost."""
     out: dict[int, bool] = {}
+    if links is not None:
+        for link in links:
+            state = s.value("nvmlDeviceGetNvLinkState", h, link)
+            if state is not None:
+                out[link] = bool(state)
+        return out
     for link in range(int(getattr(s.nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
         state = s.value("nvmlDeviceGetNvLinkState", h, link)
         if state is None:
@@ -492,17 +501,101 @@ def read_recovery_action(s: Session, h: Any) -> FieldRead:
     ``NVML_ERROR_FUNCTION_NOT_FOUND`` when pynvml or the library has no
     ``nvmlDeviceGetFieldValues``. Raises :class:`GpuLost` when the call or the value answers
     NVML_ERROR_GPU_IS_LOST (the call wrapper's rule)."""
+    return read_fields(s, h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
+
+
+# ---- the counters one nvmlDeviceGetFieldValues call reads ------------------------------------------
+# Field ids (nvml.h ``NVML_FI_DEV_*``; the same numbers in nvidia-ml-py, a test holds them). Each
+# value is the one the named per-counter call answers.
+
+# nvmlDeviceGetTotalEccErrors(type, NVML_VOLATILE_ECC / NVML_AGGREGATE_ECC): ECC_{SBE,DBE}_{VOL,AGG}_TOTAL
+ECC_FIELDS: dict[tuple[str, str], int] = {
+    ("corrected", "volatile"): 3, ("uncorrected", "volatile"): 4,     # ECC_SBE_VOL_TOTAL, ECC_DBE_VOL_TOTAL
+    ("corrected", "aggregate"): 5, ("uncorrected", "aggregate"): 6,   # ECC_SBE_AGG_TOTAL, ECC_DBE_AGG_TOTAL
+}
+# len(nvmlDeviceGetRetiredPages(cause)): RETIRED_SBE, RETIRED_DBE; nvmlDeviceGetRetiredPagesPendingStatus
+RETIRED_FIELDS: dict[str, int] = {"single_bit_ecc": 29, "double_bit_ecc": 30}
+RETIRED_PENDING_FIELD = 31                      # NVML_FI_DEV_RETIRED_PENDING, 1 yes 0 no
+PCIE_REPLAY_FIELD = 94                          # NVML_FI_DEV_PCIE_REPLAY_COUNTER (nvmlDeviceGetPcieReplayCounter)
+# nvmlDeviceGetRemappedRows: corrRows, uncRows, isPending, failureOccurred
+REMAPPED_FIELDS: dict[str, int] = {"correctable": 142, "uncorrectable": 143,  # NVML_FI_DEV_REMAPPED_COR, _UNC
+                                   "pending": 144, "failure": 145}            # _PENDING, _FAILURE
+# nvmlDeviceGetNvLinkErrorCounter(link, counter) for links 0-11: NVML_FI_DEV_NVLINK_<counter>_ERROR_COUNT_L<link>
+# (ids 32-58 for links 0-5, 96-119 for links 6-11). nvml.h has no per-link id beyond link 11: the
+# links of a GPU with more (H100: 18) are read with nvmlDeviceGetNvLinkErrorCounter.
+NVLINK_FIELD_LINKS = 12
+# nvmlDeviceGetNvLinkState(link) as a field: NVML_FI_DEV_NVLINK_GET_STATE with ``scopeId`` the link
+# (as NCCL reads it on Hopper and later); 0 inactive, 1 active (NVML_NVLINK_STATE_ACTIVE), 2 a trained
+# link in its low-power state (NVML_NVLINK_STATE_SLEEP, taken as active as nvmlDeviceGetNvLinkState has it).
+NVLINK_STATE_FIELD = 165
+NVLINK_ERROR_FIELDS: dict[str, tuple[int, ...]] = {
+    "crc_flit": (32, 33, 34, 35, 36, 37, 96, 97, 98, 99, 100, 101),        # CRC_FLIT_ERROR_COUNT_L0..L11
+    "crc_data": (39, 40, 41, 42, 43, 44, 102, 103, 104, 105, 106, 107),    # CRC_DATA_ERROR_COUNT_L0..L11
+    "replay": (46, 47, 48, 49, 50, 51, 108, 109, 110, 111, 112, 113),      # REPLAY_ERROR_COUNT_L0..L11
+    "recovery": (53, 54, 55, 56, 57, 58, 114, 115, 116, 117, 118, 119),    # RECOVERY_ERROR_COUNT_L0..L11
+}
+
+
+def read_fields(s: Session, h: Any, field_ids: Sequence[int | tuple[int, int]],
+                raise_call_error: bool = False) -> list[FieldRead]:
+    """GPU ``h``'s values of ``field_ids`` (a field id, or ``(field id, scopeId)`` for a scoped
+    field such as :data:`NVLINK_STATE_FIELD` of one link) in one ``nvmlDeviceGetFieldValues``
+    call, in their order: ``FieldRead(value, 0)`` (an int) or ``FieldRead(None, ret)`` with the value's own
+    ``nvmlReturn`` (``NVML_ERROR_NOT_SUPPORTED`` for a field this driver or GPU lacks), or the
+    call's error for every field when the call itself failed (``NVML_ERROR_FUNCTION_NOT_FOUND``
+    without ``nvmlDeviceGetFieldValues``). Raises :class:`GpuLost` when the call or any value
+    answers NVML_ERROR_GPU_IS_LOST (the call wrapper's rule); with ``raise_call_error``, raises
+    :class:`NvmlCallError` when the call itself failed (instead of giving its error as every
+    field's). Blocks as long as the driver does."""
+    if not field_ids:
+        return []
     try:
-        values = s._invoke("nvmlDeviceGetFieldValues", h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+        values = s._invoke("nvmlDeviceGetFieldValues", h, list(field_ids))
     except NvmlCallError as e:
-        return FieldRead(None, e.ret)
-    v = values[0]
-    ret = int(v.nvmlReturn)
-    if ret == NVML_ERROR_GPU_IS_LOST:
-        raise GpuLost("nvmlDeviceGetFieldValues")
-    if ret != NVML_SUCCESS:
-        return FieldRead(None, ret)
-    return FieldRead(_field_value(v), NVML_SUCCESS)
+        if raise_call_error:
+            raise
+        return [FieldRead(None, e.ret)] * len(field_ids)
+    raw = _raw_field_values(values)
+    out = []
+    if raw is not None:  # the C structs unpacked at once (pynvml's per-attribute access costs ~3 us a value)
+        for value_type, ret, value in raw:
+            if ret == NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost("nvmlDeviceGetFieldValues")
+            out.append(FieldRead(_unpack_value(value_type, value), NVML_SUCCESS) if ret == NVML_SUCCESS
+                       else FieldRead(None, ret))
+        return out
+    for v in values:
+        ret = int(v.nvmlReturn)
+        if ret == NVML_ERROR_GPU_IS_LOST:
+            raise GpuLost("nvmlDeviceGetFieldValues")
+        out.append(FieldRead(_field_value(v), NVML_SUCCESS) if ret == NVML_SUCCESS else FieldRead(None, ret))
+    return out
+
+
+# nvml.h nvmlFieldValue_t: fieldId, scopeId (unsigned int), timestamp, latencyUsec (long long),
+# valueType (nvmlValueType_t), nvmlReturn (nvmlReturn_t), value (nvmlValue_t, an 8-byte union).
+_FIELD_VALUE = struct.Struct("=IIqqII8s")
+_VALUE_FORMS = {0: "=d", 1: "=I", 2: "=Q", 3: "=Q", 4: "=q", 5: "=i", 6: "=H"}  # nvmlValueType_t -> bytes
+
+
+def _raw_field_values(values: Any) -> list[tuple[int, int, bytes]] | None:
+    """(valueType, nvmlReturn, value bytes) of each struct of a ctypes array of
+    ``nvmlFieldValue_t``; None when the array is not of nvml.h's 40-byte layout (then the values
+    are read attribute by attribute)."""
+    try:
+        n = len(values)
+        if n == 0 or ctypes.sizeof(values) != n * _FIELD_VALUE.size:
+            return None
+        buf = bytes(memoryview(values).cast("B"))
+    except (TypeError, ValueError):
+        return None
+    return [(t, ret, v) for _f, _s, _ts, _lat, t, ret, v in _FIELD_VALUE.iter_unpack(buf)]
+
+
+def _unpack_value(value_type: int, value: bytes) -> int:
+    """An ``nvmlValue_t``'s bytes as an int, by its ``valueType`` (unknown types: unsigned int)."""
+    form = _VALUE_FORMS.get(value_type, "=I")
+    return int(struct.unpack_from(form, value)[0])
 
 
 # ---- GPU minor numbers --------------------------------------------------------------------------

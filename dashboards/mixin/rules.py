@@ -10,12 +10,14 @@ Counters and windows, the two kinds of "it happened" expression used here:
 
 * Counters the agent creates at their first event, with value 1 (Xid per GPU and code, MCE and
   kernel-log EDAC per type, flash cuts, NVSwitch SXids, kernel-log PCIe AER records and recovery
-  outcomes, GPU-lost precursors, reset-required events): :func:`promql.increase_with_first`,
-  because ``increase()`` never counts a series' first sample.
+  outcomes, GPU-lost precursors, reset-required events) or at their first count (the sysfs PCIe
+  AER error bits): :func:`promql.increase_with_first`, because ``increase()`` never counts a
+  series' first sample.
 * Counters that exist from the agent's first poll at whatever value the hardware holds (GPU ECC,
-  sysfs EDAC and PCIe AER, NVLink, kmsg loss): :func:`promql.window_increase` (the exact difference, not
-  ``increase()``'s extrapolation, so a description quotes the count itself), which gives 0 for
-  a counter that is non-zero but flat, so an old error never pages.
+  sysfs EDAC, the sysfs PCIe AER totals per function and severity, NVLink, kmsg loss):
+  :func:`promql.window_increase` (the exact difference, not ``increase()``'s extrapolation, so a
+  description quotes the count itself), which gives 0 for a counter that is non-zero but flat,
+  so an old error never pages.
 
 Every alert keeps the target's labels (``job``, ``instance``, ``node``, ``cluster``) and the
 device's, and says in its description which node and device, and what to do.
@@ -47,7 +49,8 @@ EDAC_CE, EDAC_UE = "nodewarden_edac_correctable_errors_total", "nodewarden_edac_
 CLUSTER_BEYOND = "cluster_kind:nodewarden_beyond_paper_events:interval_increase"
 SXID = "nodewarden_nvswitch_sxid_errors_total"            # {switch, pci_bus_id, sxid, severity}
 AER_LOGGED = "nodewarden_pcie_aer_logged_errors_total"    # {pci_bus_id, severity} kernel-log records
-AER_SYSFS = "nodewarden_pcie_aer_errors_total"            # {pci_bus_id, severity, error} sysfs aer_dev_*
+AER_SYSFS = "nodewarden_pcie_aer_errors_total"            # {pci_bus_id, severity} sysfs aer_dev_*: sum of its bits
+AER_BITS = "nodewarden_pcie_aer_bit_errors_total"         # {pci_bus_id, severity, error} bits that counted
 AER_RECOVERY = "nodewarden_pcie_aer_recovery_events_total"  # {pci_bus_id, outcome}
 PRECURSOR = "nodewarden_gpu_lost_precursor_events_total"  # {gpu, pci_bus_id, reason}
 RESET_EVENTS = "nodewarden_gpu_reset_required_events_total"  # {gpu, pci_bus_id, action}
@@ -515,14 +518,13 @@ def _host(cfg: Config) -> list[dict]:
         f' topk by (job, instance, gpu) (1, {gpu_info})'
         f' unless on(job, instance, pci_bus_id) {sel(cfg, width)}, "dimension", "width", "", "")'
     )
-    # PCIe AER: the kernel log's records (one per error) and the sysfs aer_dev_* counters (one per
-    # error bit, every function from the agent's first poll), the larger of the two per function
-    # and severity, in the kernel log's words (fatal, non_fatal, corrected), as `aer_severity`: the
-    # alert's own `severity` label (warning) would replace the series' one.
+    # PCIe AER: the kernel log's records (one per error) and the sysfs aer_dev_* totals (the sum of
+    # a file's error-bit counts, every function from the agent's first poll), the larger of the two
+    # per function and severity, in the kernel log's words (fatal, non_fatal, corrected), as
+    # `aer_severity`: the alert's own `severity` label (warning) would replace the series' one.
     def aer(log_sev: str, sysfs_sev: str, window: str) -> str:
         log = promql.increase_with_first(cfg, sel(cfg, AER_LOGGED, f'severity=~"{log_sev}"'), window)
-        sysfs = sel(cfg, AER_SYSFS, f'severity=~"{sysfs_sev}"')
-        sysfs = f"sum without (error) ({promql.window_increase(sysfs, window)})"
+        sysfs = promql.window_increase(sel(cfg, AER_SYSFS, f'severity=~"{sysfs_sev}"'), window)
         sysfs = (f'label_replace(label_replace({sysfs}, "severity", "non_fatal", "severity", "nonfatal"),'
                  ' "severity", "corrected", "severity", "correctable")')
         both = (f'label_replace({log}, "source", "kernel_log", "", "")'

@@ -2,8 +2,11 @@
 flash cuts, run the validator weekly, serve ``/metrics``.
 
 Threads: the main thread follows ``/dev/kmsg`` (:class:`~nodewarden.agent.follower.KmsgFollower`,
-waking at least every :data:`POLL_S` seconds); the poller and one worker per polled collector
-(:mod:`nodewarden.agent.poller`); the validator scheduler and its subprocess
+blocked in select(2) until a record comes, without a timeout unless the parser holds an
+incomplete record (:data:`POLL_S`) or a cursor waits to be saved; SIGTERM/SIGINT end the wait
+through ``signal.set_wakeup_fd``); the poller and the runner thread that calls the polled
+collectors one after another (a new one after a hung call; :mod:`nodewarden.agent.poller`);
+the validator scheduler and its subprocess
 (:mod:`nodewarden.agent.schedule`); an hourly journal pruner; an HTTP server thread answering
 scrapes from a snapshot of the counters and the collectors' last snapshots
 (:mod:`nodewarden.agent.server`). Counting, journaling and saving ``state.json`` happen under
@@ -131,15 +134,21 @@ class Agent:
                  kmsg, reader.boot_id, follower.seq, n)
         return True
 
-    def follow(self, stop: threading.Event) -> None:
-        """Run until ``stop`` is set."""
+    def follow(self, stop: threading.Event, wake_fd: int | None = None) -> None:
+        """Run until ``stop`` is set. ``wake_fd``: the read end of the pipe ``signal.set_wakeup_fd``
+        writes to, so that an idle follower waits without a timeout (no periodic wake-up: each
+        costs CPU) and a signal still ends the wait at once; without it, it wakes every
+        :data:`POLL_S` to look at ``stop``."""
         while not stop.is_set():
             if self.follower is None:
                 if not self.open_kmsg():
                     stop.wait(KMSG_RETRY_S)
                 continue
             try:
-                self.follower.poll(POLL_S)
+                if wake_fd is None:
+                    self.follower.poll(POLL_S)
+                else:
+                    self.follower.poll(self.follower.idle_timeout(POLL_S), wake_fd)
             except OSError as e:
                 self._kmsg_failed(f"reading {self.cfg.kmsg}: {e.strerror or e}", first=True)
                 self.close()
@@ -333,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
         exposition = ex.Exposition(ex.AgentCollector(agent.snapshot,
                                                      agent.poller.samples if agent.poller is not None else None))
         h = cfg.http
-        server = AgentHTTPServer(addr, exposition.render, agent.health, web=web, settings=ServerSettings(
+        server = AgentHTTPServer(addr, exposition, agent.health, web=web, settings=ServerSettings(
             max_connections=h.max_connections, backlog=h.backlog, request_timeout_seconds=h.request_timeout_seconds,
             idle_timeout_seconds=h.idle_timeout_seconds, write_timeout_seconds=h.write_timeout_seconds))
     except FdLimitError as e:
@@ -363,6 +372,10 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    wake_r, wake_w = os.pipe()  # a signal writes a byte here: the idle follower's wait ends at once
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    old_wakeup_fd = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     pruner = threading.Thread(target=_prune_loop, args=(store, stop), name="journal-prune", daemon=True)
     pruner.start()
     watcher = threading.Thread(target=_report_loop, args=(reports, stop, cfg.poll_interval_seconds),
@@ -374,13 +387,16 @@ def run(args: argparse.Namespace) -> int:
         agent.scheduler.start()
     try:
         if cfg.enabled(ex.KERNEL_LOG):
-            agent.follow(stop)
+            agent.follow(stop, wake_r)
         else:
             log.info("kernel-log collector off ([collectors] kernel_log = false)")
-            while not stop.wait(1.0):
+            while not stop.wait(60.0):  # the signal handler sets it; the timeout only bounds a missed wake-up
                 pass
     finally:
         stop.set()
+        signal.set_wakeup_fd(old_wakeup_fd)
+        for fd in (wake_r, wake_w):
+            os.close(fd)
         if agent.poller is not None:
             agent.poller.stop()
         if sink is not None:

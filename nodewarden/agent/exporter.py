@@ -52,7 +52,8 @@ series                                                       type     P      mea
                                                                              without one, or ``unknown``). The kernel
                                                                              counts every record in sysfs and rate-limits its log:
                                                                              the pcie collector's ``pcie_aer_errors_total`` (per
-                                                                             error bit) is authoritative.
+                                                                             function and severity; per error bit:
+                                                                             ``pcie_aer_bit_errors_total``) is authoritative.
 ``pcie_aer_recovery_events_total{pci_bus_id,outcome}``       counter  yes    AER recovery lines: ``outcome``
                                                                              ``no_error_detected_callback`` (``can't recover``),
                                                                              ``recovery_failed``, ``recovered``, ``link_reset``.
@@ -167,15 +168,17 @@ fresh metric families from a snapshot on each scrape, samples sorted by label va
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import gzip
 import logging
 import re
 import threading
 from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from nodewarden import __version__
@@ -579,22 +582,32 @@ def check_samples(polled: Iterable[PolledSample],
 
 
 def _sample_problem(s: Sample, reserved: frozenset[str]) -> str | None:
-    if not isinstance(s.name, str) or not s.name.startswith(PREFIX) or not _METRIC_NAME.match(s.name):
-        return f"{s.name!r} is not a metric name starting with {PREFIX!r}"
-    if s.kind not in (COUNTER, GAUGE):
-        return f"{s.name}: unknown type {s.kind!r}"
-    if s.kind == COUNTER and not s.name.endswith("_total"):
-        return f"{s.name}: a counter's name must end in _total"
-    if s.kind == GAUGE and s.name.endswith("_total"):
-        return f"{s.name}: a gauge's name must not end in _total (that is a counter's)"
-    if s.name in reserved or (s.kind == COUNTER and s.name[:-len("_total")] in reserved):
-        return f"{s.name}: the agent exports this name itself"
-    names = [k for k, _ in s.labels]
+    try:
+        why = _shape_problem(s.name, s.kind, tuple(k for k, _ in s.labels), reserved)
+    except TypeError:  # an unhashable name or label name: no cached verdict
+        why = _shape_problem.__wrapped__(s.name, s.kind, tuple(k for k, _ in s.labels), reserved)
+    if why is None and (not isinstance(s.value, (int, float)) or isinstance(s.value, bool)):
+        return f"{s.name}: value {s.value!r} is not a number"
+    return why
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_problem(name: Any, kind: Any, names: tuple[Any, ...], reserved: frozenset[str]) -> str | None:
+    """What is wrong with a sample's name, type and label names (None: nothing); the same for
+    every sample of one shape, so kept (a poll's samples have a few dozen shapes)."""
+    if not isinstance(name, str) or not name.startswith(PREFIX) or not _METRIC_NAME.match(name):
+        return f"{name!r} is not a metric name starting with {PREFIX!r}"
+    if kind not in (COUNTER, GAUGE):
+        return f"{name}: unknown type {kind!r}"
+    if kind == COUNTER and not name.endswith("_total"):
+        return f"{name}: a counter's name must end in _total"
+    if kind == GAUGE and name.endswith("_total"):
+        return f"{name}: a gauge's name must not end in _total (that is a counter's)"
+    if name in reserved or (kind == COUNTER and name[:-len("_total")] in reserved):
+        return f"{name}: the agent exports this name itself"
     bad = [k for k in names if not isinstance(k, str) or not _LABEL_NAME.match(k) or k.startswith("__")]
     if bad or len(set(names)) != len(names):
-        return f"{s.name}: bad or repeated label name(s) {names}"
-    if not isinstance(s.value, (int, float)) or isinstance(s.value, bool):
-        return f"{s.name}: value {s.value!r} is not a number"
+        return f"{name}: bad or repeated label name(s) {list(names)}"
     return None
 
 
@@ -624,6 +637,7 @@ class AgentCollector(Collector):
         self._last_polled: list[PolledSample] = []
         self._checked_in: list[PolledSample] | None = None
         self._checked: dict[str, PolledFamily] = {}
+        self._polled_keyed: list[tuple[str, Hashable, Callable[[], Metric]]] = []
         self._reported: set[str] = set()
 
     def collect(self) -> Iterator[Metric]:
@@ -648,11 +662,12 @@ class AgentCollector(Collector):
             except Exception:
                 log.exception("polled samples failed; serving the previous ones")
                 polled = self._last_polled
-        if polled != self._checked_in:  # the contract check runs once per change of the samples
+        if polled != self._checked_in:  # the contract check (and the sort) run once per change of the samples
             self._checked_in = polled
             self._checked = self._check(polled)
+            self._polled_keyed = list(keyed_polled_families(self._checked))
         yield from keyed_families(snap)
-        yield from keyed_polled_families(self._checked)
+        yield from self._polled_keyed
 
     def _check(self, polled: list[PolledSample]) -> dict[str, PolledFamily]:
         fams, problems = check_samples(polled)
@@ -731,35 +746,118 @@ class _OneFamily:
 
 
 class Exposition:
-    """The ``/metrics`` body of an :class:`AgentCollector`, byte for byte what
-    ``generate_latest(make_registry(...))`` gives (a test holds it), rendered family by family and
-    kept: a family whose samples did not change since the last render is not formatted again, and
-    when nothing changed the last body is served as it is. Thread-safe (one render at a time)."""
+    """The ``/metrics`` bodies of an :class:`AgentCollector`, in every format a scraper asks
+    for, byte for byte what prometheus_client gives for ``make_registry(...)`` (tests hold it):
+    the text format (``exposition.generate_latest``), OpenMetrics 1.0
+    (``openmetrics.exposition.generate_latest``), each also gzipped. Which one a request gets is
+    prometheus_client's choice (:func:`prometheus_client.exposition.choose_encoder` on
+    ``Accept``, :func:`~prometheus_client.exposition.gzip_accepted` on ``Accept-Encoding``), as
+    its own HTTP handler makes it.
+
+    Kept between changes, per format: a family whose samples did not change since that format's
+    last render is not formatted again, a body whose families did not change is served as the
+    same bytes object, and its gzip is compressed once (RFC 1952 member, ``mtime`` 0, level
+    :data:`GZIP_LEVEL`). A format is rendered when first asked for after a change, so a scrape
+    of an unchanged state formats and compresses nothing. At most :data:`MAX_FORMATS` formats
+    are kept (least recently asked for dropped: ``Accept`` versions and escapings are the
+    client's). Thread-safe (one render at a time)."""
+
+    MAX_FORMATS = 8
+    GZIP_LEVEL = 9  # gzip.compress's default, which prometheus_client's handler uses
 
     def __init__(self, collector: AgentCollector) -> None:
         self.collector = collector
         self._lock = threading.Lock()
-        self._blocks: dict[str, tuple[Hashable, bytes]] = {}
-        self._body = b""
-        self.families_rendered = 0  # families formatted since start (the rest came from the cache)
+        self._formats: collections.OrderedDict[Hashable, _KeptFormat] = collections.OrderedDict()
+        self.families_rendered = 0  # families formatted since start, all formats (the rest came from the cache)
+        self.bodies_compressed = 0  # gzip compressions since start
 
     def render(self) -> bytes:
-        """The exposition in the text format (``CONTENT_TYPE_LATEST``). Never raises for a
-        collector or snapshot error (the collector serves its last good state)."""
+        """The exposition in the text format, ``generate_latest``'s bytes (what a request
+        without ``Accept`` gets, :meth:`serve`). Never raises for a collector or snapshot error
+        (the collector serves its last good state)."""
+        return self.serve(None, None)[0]
+
+    def serve(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, str, str | None]:
+        """(body, Content-Type, Content-Encoding or None) for a request with these ``Accept`` and
+        ``Accept-Encoding`` header values (None: absent). The body is the kept bytes object while
+        the state is unchanged. Never raises for a collector or snapshot error."""
+        encoder, content_type, gz = self.negotiate(accept, accept_encoding)
         with self._lock:
-            blocks: dict[str, tuple[Hashable, bytes]] = {}
-            changed = False
-            for name, key, build in self.collector.keyed_families():
-                cached = self._blocks.get(name)
-                if cached is None or cached[0] != key:
-                    cached = (key, generate_latest(_OneFamily(build())))  # type: ignore[arg-type]
-                    self.families_rendered += 1
-                    changed = True
-                blocks[name] = cached
-            if changed or blocks.keys() != self._blocks.keys():
-                self._body = b"".join(b for _, b in blocks.values())
-            self._blocks = blocks
-            return self._body
+            kept = self._format(encoder)
+            self._update(kept)
+            if not gz:
+                return kept.body, content_type, None
+            if kept.gzipped is None:
+                kept.gzipped = gzip.compress(kept.body, compresslevel=self.GZIP_LEVEL, mtime=0)
+                self.bodies_compressed += 1
+            return kept.gzipped, content_type, "gzip"
+
+    @staticmethod
+    def negotiate(accept: str | None, accept_encoding: str | None) -> tuple[Callable[[Any], bytes], str, bool]:
+        """prometheus_client's choice for these ``Accept`` and ``Accept-Encoding`` values (None:
+        absent): (encoder of a registry, Content-Type, gzip or not). An ``Accept`` whose
+        version prometheus_client cannot compare (``version=abc``: its ``choose_encoder``
+        raises) gets what no ``Accept`` gets, the text format."""
+        try:
+            encoder, content_type = choose_encoder(accept or "")
+        except (TypeError, ValueError):
+            encoder, content_type = choose_encoder("")
+        return encoder, content_type, gzip_accepted(accept_encoding or "")
+
+    def _format(self, encoder: Callable[..., bytes]) -> _KeptFormat:
+        if isinstance(encoder, functools.partial):
+            key: Hashable = (encoder.func, encoder.args, tuple(sorted(encoder.keywords.items())))
+        else:
+            key = encoder
+        kept = self._formats.get(key)
+        if kept is None:
+            trailer = encoder(_NoFamilies())
+            kept = self._formats[key] = _KeptFormat(encoder, trailer, body=trailer)
+            while len(self._formats) > self.MAX_FORMATS:
+                self._formats.popitem(last=False)
+        else:
+            self._formats.move_to_end(key)
+        return kept
+
+    def _update(self, kept: _KeptFormat) -> None:
+        blocks: dict[str, tuple[Hashable, bytes]] = {}
+        changed = False
+        trailer = kept.trailer
+        for name, key, build in self.collector.keyed_families():
+            cached = kept.blocks.get(name)
+            if cached is None or cached[0] != key:
+                block = kept.encoder(_OneFamily(build()))
+                if trailer and block.endswith(trailer):  # OpenMetrics' "# EOF": once, at the end
+                    block = block[:-len(trailer)]
+                cached = (key, block)
+                self.families_rendered += 1
+                changed = True
+            blocks[name] = cached
+        if changed or blocks.keys() != kept.blocks.keys():
+            kept.body = b"".join(b for _, b in blocks.values()) + trailer
+            kept.gzipped = None
+        kept.blocks = blocks
+
+
+@dataclasses.dataclass
+class _KeptFormat:
+    """One format's kept state (:class:`Exposition`): its encoder, what it writes after the last
+    family (``b"# EOF\\n"`` for OpenMetrics, ``b""`` for text), each family's bytes with the key
+    they were formatted for, the body, and the body gzipped (None until asked for)."""
+
+    encoder: Callable[..., bytes]
+    trailer: bytes
+    blocks: dict[str, tuple[Hashable, bytes]] = dataclasses.field(default_factory=dict)
+    body: bytes = b""
+    gzipped: bytes | None = None
+
+
+class _NoFamilies:
+    """A registry without families: what an encoder writes for it is what it writes after the last one."""
+
+    def collect(self) -> list[Metric]:
+        return []
 
 
 def make_registry(snapshot: Callable[[], Mapping[SeriesKey, float]],

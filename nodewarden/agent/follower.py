@@ -117,7 +117,7 @@ class KmsgFollower:
         self.store = store
         self.gpu_of = gpu_of
         self.boot_time = boot_time
-        self.parser = KernelLogParser(host=host, source="kmsg")
+        self.parser = KernelLogParser(host=host, source="kmsg", single_envelope=True)  # kmsg records only
         self.ctx = TimeContext.make(boot_time=boot_time)
         self.boot_id = source.boot_id
         same_boot = position is not None and position.boot_id == source.boot_id
@@ -203,11 +203,25 @@ class KmsgFollower:
                  len(tail), f"{self.resume.seq}" if self.resume is not None else "(none)")
         return len(tail)
 
-    def poll(self, timeout: float = 0.5) -> int:
-        """Wait up to ``timeout`` seconds for records; handle and persist what came. When nothing
-        came and the parser holds an incomplete record, flush it (an MCE record completes on idle).
-        Returns events counted. Raises OSError from the source."""
-        ready = self.source.wait(timeout)
+    def idle_timeout(self, flush_s: float) -> float | None:
+        """How long :meth:`poll` may wait for records: ``flush_s`` while the parser holds an
+        incomplete record (it is flushed when nothing came for that long); the time left until a
+        moved cursor is due for ``state.json`` (or a failed write for its retry); else None, no
+        limit (an idle follower then costs no wake-up at all)."""
+        if held_seqs(self.parser):
+            return flush_s
+        if self._counts_dirty or self._cursor_dirty:
+            now = time.monotonic()
+            due = max(self._retry_at, self._saved_at + CURSOR_COMMIT_S if not self._counts_dirty else now)
+            return max(0.05, due - now)
+        return None
+
+    def poll(self, timeout: float | None = 0.5, wake_fd: int | None = None) -> int:
+        """Wait up to ``timeout`` seconds (None: no limit) for records, or until ``wake_fd`` is
+        readable (a source's ``wait(timeout, wake_fd)``); handle and persist what came. When
+        nothing came and the parser holds an incomplete record, flush it (an MCE record completes
+        on idle). Returns events counted. Raises OSError from the source."""
+        ready = self.source.wait(timeout) if wake_fd is None else self.source.wait(timeout, wake_fd)
         t0 = time.monotonic()
         n = 0
         worked = True

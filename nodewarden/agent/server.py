@@ -1,7 +1,10 @@
 """The agent's HTTP endpoint:
 
-* ``GET``/``HEAD /metrics``: Prometheus text format (``prometheus_client.exposition.generate_latest``,
-  family by family, kept between changes: :class:`nodewarden.agent.exporter.Exposition`)
+* ``GET``/``HEAD /metrics``: the Prometheus text format, or OpenMetrics 1.0 when ``Accept`` asks for
+  it, gzipped when ``Accept-Encoding`` allows it: prometheus_client's choice and bytes
+  (``choose_encoder``, ``gzip_accepted``, ``generate_latest``), kept between changes, family by
+  family and per format, by :class:`nodewarden.agent.exporter.Exposition`. ``Vary: Accept,
+  Accept-Encoding``.
 * ``GET``/``HEAD /healthz``: small JSON, 200 when ``ok`` else 503 (see :func:`nodewarden.agent.daemon.health`)
 * ``/``: a link page; anything else 404, other methods 405.
 
@@ -38,8 +41,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import email.utils
 import errno
+import gzip
 import http
 import json
 import logging
@@ -52,9 +55,10 @@ import time
 from typing import Any, Callable
 
 import h11
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
+from nodewarden.agent.exporter import Exposition
 from nodewarden.agent.webconfig import BasicAuth, WebConfig, parse_basic
 
 log = logging.getLogger(__name__)
@@ -67,7 +71,24 @@ ACCEPT_BATCH = 64  # connections accepted per wake-up of the loop
 EVICT_LOG_S = 10.0  # at most one summary line about closed idle connections this often
 ACCEPT_RETRY_S = 1.0  # accepting pauses this long after EMFILE/ENFILE/ENOBUFS/ENOMEM
 TEXT = "text/plain; charset=utf-8"
+VARY = b"Accept, Accept-Encoding"
 
+# (Accept, Accept-Encoding) header values (None: absent) -> (body, Content-Type, Content-Encoding or None)
+MetricsBody = Callable[[str | None, str | None], tuple[bytes, str, str | None]]
+
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(t: float | None = None) -> str:
+    """``t`` (seconds since the epoch; default now) as an HTTP ``Date`` value, RFC 9110 5.6.7's
+    IMF-fixdate (``Sun, 06 Nov 1994 08:49:37 GMT``): what ``email.utils.formatdate(usegmt=True)``
+    gives, without loading the email package into the agent (0.4 MB resident)."""
+    g = time.gmtime(t)
+    return (f"{_DAYS[g.tm_wday]}, {g.tm_mday:02d} {_MONTHS[g.tm_mon - 1]} {g.tm_year:04d} "
+            f"{g.tm_hour:02d}:{g.tm_min:02d}:{g.tm_sec:02d} GMT")
 
 class FdLimitError(ValueError):
     """The open-file limit leaves too few file descriptors for connections."""
@@ -143,21 +164,51 @@ def _peer(addr: Any) -> str:
     return str(addr)
 
 
+def metrics_body(metrics: Exposition | Collector | Callable[[], bytes]) -> MetricsBody:
+    """What :class:`AgentHTTPServer` serves on /metrics for its ``metrics`` argument:
+
+    * an :class:`~nodewarden.agent.exporter.Exposition`, or its bound ``render``: its
+      :meth:`~nodewarden.agent.exporter.Exposition.serve` (every format, bytes kept between changes);
+    * a registry (anything with ``collect()``): rendered and compressed at each scrape in the
+      format :meth:`~nodewarden.agent.exporter.Exposition.negotiate` picks, as
+      prometheus_client's own handler does;
+    * any other function returning bytes: those bytes, as the text format
+      (``CONTENT_TYPE_LATEST``), never compressed.
+    """
+    if isinstance(metrics, Exposition):
+        return metrics.serve
+    owner = getattr(metrics, "__self__", None)
+    if isinstance(owner, Exposition) and getattr(metrics, "__func__", None) is Exposition.render:
+        return owner.serve
+    if hasattr(metrics, "collect"):
+        registry = metrics
+
+        def baked(accept: str | None, accept_encoding: str | None) -> tuple[bytes, str, str | None]:
+            encoder, content_type, gz = Exposition.negotiate(accept, accept_encoding)
+            body = encoder(registry)
+            return (gzip.compress(body), content_type, "gzip") if gz else (body, content_type, None)
+        return baked
+    assert callable(metrics)
+    render = metrics
+    return lambda _accept, _encoding: (render(), CONTENT_TYPE_LATEST, None)
+
+
 class AgentHTTPServer:
     """Serves ``metrics`` on /metrics and ``health()`` on /healthz at ``addr``; ``web``: TLS,
-    basic auth and extra headers (None: plain HTTP, no auth). ``metrics``: a function returning the
-    body (the agent's :meth:`nodewarden.agent.exporter.Exposition.render`: bytes kept between
-    changes), or a registry, rendered with ``generate_latest`` at each scrape.
+    basic auth and extra headers (None: plain HTTP, no auth). ``metrics``: the agent's
+    :class:`~nodewarden.agent.exporter.Exposition` (every format, bytes kept between changes),
+    a registry (rendered at each scrape), or a function returning text-format bytes
+    (:func:`metrics_body`).
 
     The socket is bound and listening when the constructor returns (OSError when it cannot be;
     :class:`FdLimitError` when the open-file limit is too low). :meth:`serve_forever` runs the
     loop in the calling thread until :meth:`shutdown`; :meth:`server_close` closes the socket.
     """
 
-    def __init__(self, addr: tuple[str, int], metrics: CollectorRegistry | Callable[[], bytes],
+    def __init__(self, addr: tuple[str, int], metrics: Exposition | Collector | Callable[[], bytes],
                  health: Callable[[], dict[str, Any]], settings: ServerSettings | None = None,
                  web: WebConfig | None = None) -> None:
-        self.metrics: Callable[[], bytes] = metrics if callable(metrics) else lambda: generate_latest(metrics)
+        self.metrics = metrics_body(metrics)
         self.health = health
         self.settings = settings or ServerSettings()
         self.web = web
@@ -335,11 +386,15 @@ class AgentHTTPServer:
         if path == "/metrics":
             assert self._loop is not None
             try:
-                body = await self._loop.run_in_executor(self._render, self.metrics)
+                body, content_type, encoding = await self._loop.run_in_executor(
+                    self._render, self.metrics, _header(req, b"accept"), _header(req, b"accept-encoding"))
             except Exception:  # never expected: the collector serves its last snapshot on errors
                 log.exception("rendering /metrics failed")
                 return 500, [], b"internal error\n"
-            return 200, [(b"Content-Type", CONTENT_TYPE_LATEST.encode())], body
+            headers = [(b"Content-Type", content_type.encode("latin-1")), (b"Vary", VARY)]
+            if encoding is not None:
+                headers.append((b"Content-Encoding", encoding.encode("latin-1")))
+            return 200, headers, body
         if path == "/healthz":
             assert self._loop is not None
             try:
@@ -356,10 +411,10 @@ class AgentHTTPServer:
 
 
 def _header(req: h11.Request, name: bytes) -> str | None:
-    for k, v in req.headers:
-        if k == name:
-            return v.decode("latin-1")
-    return None
+    """The value of header ``name`` (lower case), its lines joined with commas when it came more
+    than once (RFC 9110 5.3); None when absent."""
+    values = [v.decode("latin-1") for k, v in req.headers if k == name]
+    return ", ".join(values) if values else None
 
 
 class _Conn(asyncio.Protocol):
@@ -540,7 +595,7 @@ class _Conn(asyncio.Protocol):
             self._arm(self.server.settings.write_timeout_seconds, "write")
 
     def _headers(self, extra: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-        return [(b"Date", email.utils.formatdate(usegmt=True).encode()), (b"Server", b"nodewarden"),
+        return [(b"Date", http_date().encode()), (b"Server", b"nodewarden"),
                 *self.server.extra_headers, *extra]
 
     # -- answering -------------------------------------------------------------------------

@@ -59,7 +59,7 @@ from typing import Callable, Collection
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
-from nodewarden.sysfs.attrs import AttrReader, natural_key
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs, natural_key
 from nodewarden.sysfs import infiniband
 from nodewarden.sysfs.infiniband import Port, parse_ib_rate, read_devices
 
@@ -163,6 +163,7 @@ class InfinibandCollector:
     def __init__(self, sysfs: str | Path = "/sys", clock: Callable[[], float] = time.time) -> None:
         self.sysfs = Path(sysfs)
         self.clock = clock
+        self._static = StaticAttrs()  # link layer, counter names, HCA identity: read once per directory
         self._ports: dict[str, Port] = {}
         self._last_t: float | None = None
 
@@ -178,7 +179,7 @@ class InfinibandCollector:
         reader = AttrReader()
         now = self.clock()
         current: dict[str, Port] = {}
-        for dev in read_devices(self.sysfs, reader):
+        for dev in read_devices(self.sysfs, reader, self._static):
             for p in dev.ports:
                 _port_samples(snap, p, dev.board_id, dev.fw_ver)
                 current[p.key] = p

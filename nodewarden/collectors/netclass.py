@@ -32,7 +32,7 @@ from typing import Callable
 
 from nodewarden import events as ev
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
-from nodewarden.sysfs.attrs import AttrReader
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs
 from nodewarden.sysfs.net import Netdev, is_physical, is_up, read_netdevs
 
 NAME = "netclass"
@@ -97,6 +97,7 @@ class NetclassCollector:
     def __init__(self, sysfs: str | Path = "/sys", clock: Callable[[], float] = time.time) -> None:
         self.sysfs = Path(sysfs)
         self.clock = clock
+        self._static = StaticAttrs()  # device link, bridge, physfn, type: read once per interface directory
         self._last: dict[str, Netdev] = {}
         self._last_t: float | None = None
 
@@ -104,7 +105,7 @@ class NetclassCollector:
         snap = Snapshot()
         r = AttrReader()
         now = self.clock()
-        current = {d.name: d for d in read_netdevs(self.sysfs, r) if is_physical(d)}
+        current = {d.name: d for d in read_netdevs(self.sysfs, r, self._static) if is_physical(d)}
         if not current:
             self._last = {}
             if r.unreadable:  # files found unreadable count even when no interface survived them

@@ -29,6 +29,14 @@ Every series and the NVML function it comes from (NVML API Reference Guide, ``nv
 ``nodewarden_gpu_lost{gpu}`` 1 lost                                             any call returning NVML_ERROR_GPU_IS_LOST
 ==============================================================================  ==========================================
 
+Calls: the functions named above give each value; the ones with an nvml.h field id (ECC totals,
+retired pages, remapped rows, PCIe replays, the recovery action, the NVLink error counters of links
+0-11 and every link's state) are read in one ``nvmlDeviceGetFieldValues`` call per GPU per poll
+(ids in :mod:`nodewarden.nvml`), the named call being the fallback for a driver or GPU whose field
+answers NOT_SUPPORTED. What does not change while the driver is loaded (identity, the links a GPU
+has, the maximum PCIe link) is read at the first poll and again hourly. An 8-GPU H100 node costs
+31 calls per GPU per poll (:meth:`NvmlCollector.read_gpu`), not the ~120 of one call per value.
+
 Every call goes through :mod:`nodewarden.nvml`'s session and call wrapper: a query that answers
 ``NVML_ERROR_NOT_SUPPORTED`` leaves its series out (retired pages on Ampere and later, which remap
 rows instead; NVLink on a PCIe card): absent, never an error. A call that answers
@@ -108,6 +116,10 @@ NVML_TEMPERATURE_GPU = 0
 # A GPU whose driver lacks the recovery-action field is asked again this rarely (seconds of the
 # collector's clock): a driver upgrade needs a driver reload, which initialises NVML again anyway.
 RECOVERY_ACTION_REPROBE_SECONDS = 3600.0
+# A query a GPU answered NVML_ERROR_NOT_SUPPORTED is asked again this rarely (seconds), and what
+# does not change while the driver is loaded (identity, links, max PCIe link) is read again this often.
+UNSUPPORTED_REPROBE_SECONDS = 3600.0
+STATIC_REREAD_SECONDS = 3600.0
 CLOSE_TIMEOUT_S = 5.0  # nvmlShutdown at the agent's stop waits at most this long (seconds)
 
 P = "nodewarden_gpu_"
@@ -183,11 +195,40 @@ class GpuReading:
 # ---- pure: readings -> samples ------------------------------------------------------------------
 
 def samples(r: GpuReading, snap: Snapshot) -> None:
-    """Add one GPU's series to ``snap`` (see the module table)."""
+    """Add one GPU's series to ``snap`` (see the module table): :func:`counter_samples`, then
+    :func:`sensor_samples`."""
+    counter_samples(r, snap)
+    sensor_samples(r, snap)
 
+
+def _adder(r: GpuReading, snap: Snapshot) -> Callable[[str, dict[str, str], float], None]:
     def add(name: str, labels: dict[str, str], value: float) -> None:
         kind, help_ = SERIES[name]
         snap.add(name, {"gpu": r.gpu, **labels}, value, kind, help_)
+    return add
+
+
+def sensor_samples(r: GpuReading, snap: Snapshot) -> None:
+    """The series of one GPU that change with its load (temperature, power); none for a lost GPU."""
+    if r.lost:
+        return
+    add = _adder(r, snap)
+    if r.temperature_celsius is not None:
+        add(P + "temperature_celsius", {}, r.temperature_celsius)
+    if r.power_milliwatts is not None:
+        add(P + "power_watts", {}, r.power_milliwatts / 1000.0)
+
+
+def without_sensors(r: GpuReading) -> GpuReading:
+    """``r`` without what :func:`sensor_samples` exports: equal for two polls exactly when their
+    :func:`counter_samples` are."""
+    return dataclasses.replace(r, temperature_celsius=None, power_milliwatts=None)
+
+
+def counter_samples(r: GpuReading, snap: Snapshot) -> None:
+    """One GPU's series but the sensors': identity, lost, ECC, pages, rows, links, PCIe, clock
+    reasons, recovery action."""
+    add = _adder(r, snap)
 
     if r.uuid is not None or r.pci_bus_id is not None:
         add(P + "info", {"uuid": r.uuid or "", "pci_bus_id": r.pci_bus_id or "", "name": r.name or "",
@@ -220,10 +261,6 @@ def samples(r: GpuReading, snap: Snapshot) -> None:
     if r.clocks_event_reasons is not None:
         for bit, reason in CLOCK_EVENT_REASONS.items():
             add(P + "clocks_event_reasons", {"reason": reason.name}, 1 if r.clocks_event_reasons & bit else 0)
-    if r.temperature_celsius is not None:
-        add(P + "temperature_celsius", {}, r.temperature_celsius)
-    if r.power_milliwatts is not None:
-        add(P + "power_watts", {}, r.power_milliwatts / 1000.0)
     if r.recovery_action is not None:
         current = recovery_action_name(r.recovery_action)
         for action in RECOVERY_ACTION_LABELS:
@@ -262,6 +299,19 @@ def remap_changes(prev: RemappedRows | None, cur: RemappedRows | None) -> list[s
     out = [c for c in ("correctable", "uncorrectable") if getattr(cur, c) > getattr(prev, c)]
     out += [c for c in ("pending", "failure") if getattr(cur, c) and not getattr(prev, c)]
     return out
+
+
+def baseline(prev: GpuReading | None, cur: GpuReading) -> GpuReading:
+    """What the next poll's events compare with: ``cur``, with the ECC counters and remapped rows
+    it could not read (an error this poll) taken from ``prev``, so that a rise across a poll
+    that failed to read the counter is still an event at the next poll."""
+    if prev is None or cur.lost or prev.lost:
+        return cur
+    ecc = {**prev.ecc, **cur.ecc} if prev.ecc.keys() - cur.ecc.keys() else cur.ecc
+    rows = cur.remapped_rows if cur.remapped_rows is not None else prev.remapped_rows
+    if ecc is cur.ecc and rows is cur.remapped_rows:
+        return cur
+    return dataclasses.replace(cur, ecc=ecc, remapped_rows=rows)
 
 
 def newly_lost(prev: GpuReading | None, cur: GpuReading) -> bool:
@@ -379,7 +429,10 @@ class NvmlCollector:
         self.timeout_s = timeout_s
         self._session: Session | None = None  # once nvmlInit succeeded
         self._prev: dict[int, GpuReading] = {}
-        self._identity: dict[int, nvml.GpuIdentity] = {}
+        self._identity: dict[int, nvml.GpuIdentity] = {}  # the last identity read, kept for a lost GPU
+        self._counter_samples: dict[int, tuple[GpuReading, list[Any]]] = {}  # the last counter_samples per GPU
+        self._static: dict[int, GpuStatic] = {}            # per session (cleared when NVML is initialised again)
+        self._unsupported: dict[tuple[int, tuple[Any, ...]], float] = {}  # (gpu, query) -> clock of the next probe
         self._init_error: str | None = None
         # Recovery action: the last value read per GPU (events compare with it), and the GPUs
         # whose driver lacks the field -> (why, clock time of the next probe).
@@ -410,6 +463,8 @@ class NvmlCollector:
 
     def _reset(self) -> None:
         self._no_recovery_field.clear()  # a reloaded driver may have the field
+        self._unsupported.clear()
+        self._static.clear()
         session, self._session = self._session, None
         if session is not None:
             session.shutdown()
@@ -434,7 +489,14 @@ class NvmlCollector:
         now = dt.datetime.fromtimestamp(self.clock(), tz=dt.timezone.utc)
         for r in readings:
             index = r.index
-            samples(r, snap)
+            key = without_sensors(r)
+            cached = self._counter_samples.get(index)
+            if cached is None or cached[0] != key:  # the same Sample objects while nothing changed
+                part = Snapshot()
+                counter_samples(r, part)
+                cached = self._counter_samples[index] = (key, part.samples)
+            snap.samples.extend(cached[1])
+            sensor_samples(r, snap)
             prev = self._prev.get(index)
             if prev is not None and prev.recovery_action != self._last_action.get(index):
                 # the previous poll did not read it (an error): compare with the last value read
@@ -444,7 +506,7 @@ class NvmlCollector:
                 self._last_action.pop(index, None)
             elif r.recovery_action is not None:
                 self._last_action[index] = r.recovery_action
-            self._prev[index] = r
+            self._prev[index] = baseline(prev, r)
         return snap
 
     def _read_all(self) -> list[GpuReading]:
@@ -464,7 +526,18 @@ class NvmlCollector:
 
     def read_gpu(self, index: int) -> GpuReading | None:
         """Everything one poll reads from GPU ``index``; None when it has no handle for a reason
-        other than being lost. Blocks as long as the driver does."""
+        other than being lost. Blocks as long as the driver does.
+
+        Calls per poll: the handle, one ``nvmlDeviceGetFieldValues`` (:meth:`_field_plan`: ECC,
+        retired pages, remapped rows, PCIe replays, the recovery action and the NVLink counters
+        of links 0-11), one ``nvmlDeviceGetNvLinkState`` per link the GPU has, the NVLink
+        counters of links 12 and up, the current PCIe generation and width, the clock-event
+        reasons, temperature and power. What does not change while the driver is loaded (the
+        identity, the links a GPU has, its maximum PCIe generation and width) is read at the
+        first poll and again every :data:`STATIC_REREAD_SECONDS`, after NVML is initialised
+        again and after the GPU was lost. A query that answered NVML_ERROR_NOT_SUPPORTED (or a
+        field value that did, with its call) is not asked again for
+        :data:`UNSUPPORTED_REPROBE_SECONDS`."""
         s = self._session
         assert s is not None
         r = GpuReading(index)
@@ -477,37 +550,156 @@ class NvmlCollector:
             if h is None:
                 log.warning("GPU %d: no NVML handle", index)
                 return None
-            ident = nvml.identity(s, h)
-            r.uuid, r.pci_bus_id, r.name, r.minor = ident
-            self._identity[index] = ident
-            self._read_recovery_action(r, h)
-            self._read_memory(r, s, h)
-            self._read_links(r, s, h)
-            r.clocks_event_reasons = nvml.clock_event_reasons(s, h)[0]
-            temp = s.value("nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
+            now = self.clock()
+            static = self._static.get(index)
+            if static is None or now >= static.reread_at:
+                static = self._read_static(index, s, h, now)
+            r.uuid, r.pci_bus_id, r.name, r.minor = static.identity
+            plan = self._field_plan(index, static, now)
+            try:
+                reads = dict(zip(plan, nvml.read_fields(s, h, plan, raise_call_error=True)))
+            except nvml.NvmlCallError as e:
+                # The whole call failed: a driver without it answers so at every poll (each field is
+                # then remembered as unsupported); another error is this poll's only, and every value
+                # comes from its per-counter call instead.
+                reads = ({f: nvml.FieldRead(None, e.ret) for f in plan} if driver_lacks_field(e.ret) else {})
+                if not driver_lacks_field(e.ret):
+                    log.debug("GPU %d: nvmlDeviceGetFieldValues: %s; reading per counter", index, e)
+            self._read_recovery_action(r, reads.get((NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0)), now)
+            self._read_memory(r, s, h, reads, now)
+            self._read_links(r, s, h, static, reads, now)
+            for fn in nvml.CLOCK_EVENT_REASONS_CALLS:  # r535 and later, else the older name (same bits)
+                mask = self._call(index, s, now, fn, h)
+                if mask is not None:
+                    r.clocks_event_reasons = int(mask)
+                    break
+            temp = self._call(index, s, now, "nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
             r.temperature_celsius = None if temp is None else float(temp)
-            power = s.value("nvmlDeviceGetPowerUsage", h)
+            power = self._call(index, s, now, "nvmlDeviceGetPowerUsage", h)
             r.power_milliwatts = None if power is None else float(power)
         except GpuLost as e:
             # What was read before the loss is dropped: a lost GPU exports its identity and
             # nodewarden_gpu_lost only, and its counters get no baseline from a half-read poll.
+            self._static.pop(index, None)  # read again when it answers again (a reset GPU)
             uuid, pci, name, minor = self._identity.get(index, (None, None, None, None))
             r = GpuReading(index, lost=True, lost_call=e.call, uuid=uuid, pci_bus_id=pci, name=name, minor=minor)
         return r
 
-    def _read_recovery_action(self, r: GpuReading, h: Any) -> None:
-        """``r.recovery_action``: field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through
-        nvmlDeviceGetFieldValues (:func:`nodewarden.nvml.read_recovery_action`), an
-        nvmlDeviceGpuRecoveryAction_t. Raises GpuLost when the call or the value answers
-        NVML_ERROR_GPU_IS_LOST. A driver without the field (:func:`~nodewarden.nvml.driver_lacks_field`)
-        leaves it None: logged once per GPU, asked again after RECOVERY_ACTION_REPROBE_SECONDS. Another
-        error leaves it None for this poll only (logged at debug level)."""
-        now = self.clock()
-        known = self._no_recovery_field.get(r.index)
-        if known is not None and now < known[1]:
+    # -- what does not change while the driver is loaded ------------------------------------------
+    def _read_static(self, index: int, s: Session, h: Any, now: float) -> "GpuStatic":
+        """The identity, the NVLink links the GPU answers for (a probe of every link) and its
+        maximum PCIe generation and width; kept for STATIC_REREAD_SECONDS when every query
+        answered (a value or NOT_SUPPORTED), read again at the next poll when one failed (an
+        error is no answer: a link or a UUID is not dropped for an hour for it). Raises GpuLost."""
+        complete = True
+
+        def ask(fn: str, *args: Any) -> Any:
+            nonlocal complete
+            try:
+                return s.call(fn, h, *args)
+            except nvml.NvmlCallError as e:
+                if e.ret != nvml.NVML_ERROR_INVALID_ARGUMENT or fn != "nvmlDeviceGetNvLinkState":
+                    complete = False  # INVALID_ARGUMENT for a link: a link number beyond the GPU's
+                log.debug("GPU %d: %s", index, e)
+                return None
+
+        ident = nvml.identity(s, h)
+        complete = None not in (ident.uuid, ident.pci_bus_id)
+        links = []
+        for link in range(int(getattr(s.nv, "NVML_NVLINK_MAX_LINKS", nvml.NVLINK_MAX_LINKS))):
+            state = ask("nvmlDeviceGetNvLinkState", link)
+            if state is None and link == 0 and complete:
+                break  # no NVLink at all: a PCIe card
+            if state is not None:
+                links.append(link)
+        pcie_max = {}
+        for key, fn in (("generation", "nvmlDeviceGetMaxPcieLinkGeneration"), ("width", "nvmlDeviceGetMaxPcieLinkWidth")):
+            v = ask(fn)
+            if v is not None:
+                pcie_max[key] = int(v)
+        static = GpuStatic(ident, tuple(links), pcie_max, now + STATIC_REREAD_SECONDS if complete else now)
+        self._static[index] = static
+        self._identity[index] = ident
+        return static
+
+    # -- NOT_SUPPORTED, remembered -------------------------------------------------------------------
+    def _asked(self, index: int, key: tuple[Any, ...], now: float) -> bool:
+        """False while ``key`` (a call and its arguments, or a field id) answered NOT_SUPPORTED on
+        GPU ``index`` less than UNSUPPORTED_REPROBE_SECONDS ago."""
+        until = self._unsupported.get((index, key))
+        if until is None:
+            return True
+        if now < until:
+            return False
+        del self._unsupported[(index, key)]
+        return True
+
+    def _mark_unsupported(self, index: int, key: tuple[Any, ...], now: float) -> None:
+        if (index, key) not in self._unsupported:
+            log.debug("GPU %d: %s not supported; asked again in %gs", index, key, UNSUPPORTED_REPROBE_SECONDS)
+        self._unsupported[(index, key)] = now + UNSUPPORTED_REPROBE_SECONDS
+
+    def _call(self, index: int, s: Session, now: float, fn: str, *args: Any) -> Any:
+        """:meth:`Session.value` of ``fn(h, *args)`` (``args[0]`` is the handle), None for this
+        poll on an error, None and remembered (:meth:`_asked`) on NVML_ERROR_NOT_SUPPORTED or a
+        binding without ``fn``. Raises GpuLost."""
+        key = (fn, *args[1:])
+        if not self._asked(index, key, now):
+            return None
+        try:
+            v = s.call(fn, *args)
+        except nvml.NvmlCallError as e:
+            log.debug("%s", e)
+            return None
+        if v is None:
+            self._mark_unsupported(index, key, now)
+        return v
+
+    def _field_plan(self, index: int, static: "GpuStatic", now: float) -> list[tuple[int, int]]:
+        """The field ids of this poll's ``nvmlDeviceGetFieldValues`` call on GPU ``index``: the
+        module's counters that have one (:data:`nodewarden.nvml.ECC_FIELDS` ...), the NVLink
+        counters of the GPU's links below NVLINK_FIELD_LINKS, and the recovery action unless
+        the driver lacks it (RECOVERY_ACTION_REPROBE_SECONDS); minus the fields remembered as
+        not supported. Each entry is (field id, scopeId): the scope is the link of
+        :data:`nodewarden.nvml.NVLINK_STATE_FIELD`, 0 for the others."""
+        ids = [*nvml.ECC_FIELDS.values(), *nvml.RETIRED_FIELDS.values(), nvml.RETIRED_PENDING_FIELD,
+               *nvml.REMAPPED_FIELDS.values(), nvml.PCIE_REPLAY_FIELD]
+        for link in static.links:
+            if link < nvml.NVLINK_FIELD_LINKS:
+                ids.extend(nvml.NVLINK_ERROR_FIELDS[typ][link] for typ in NVLINK_COUNTERS)
+        known = self._no_recovery_field.get(index)
+        if known is None or now >= known[1]:
+            ids.append(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
+        plan = [(f, 0) for f in ids] + [(nvml.NVLINK_STATE_FIELD, link) for link in static.links]
+        return [f for f in plan if self._asked(index, ("field", *f), now)]
+
+    def _field(self, index: int, reads: Mapping[tuple[int, int], nvml.FieldRead], fid: int, now: float,
+               scope: int = 0) -> tuple[bool, int | None]:
+        """(answered, value) of field ``fid`` (``scope``: its scopeId) in this poll's reads:
+        answered False when the field was not read or the driver lacks it (then the caller asks
+        the per-counter call, and the field is remembered as not supported); (True, None) for
+        another error (this poll only)."""
+        fr = reads.get((fid, scope))
+        if fr is None:
+            return False, None
+        if fr.value is not None:
+            return True, fr.value
+        if driver_lacks_field(fr.ret):
+            self._mark_unsupported(index, ("field", fid, scope), now)
+            return False, None
+        log.debug("GPU %d: nvmlDeviceGetFieldValues field %d scope %d: %s", index, fid, scope, return_name(fr.ret))
+        return True, None
+
+    def _read_recovery_action(self, r: GpuReading, fr: nvml.FieldRead | None, now: float) -> None:
+        """``r.recovery_action`` from this poll's field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        (``fr``; None: not asked this poll), an nvmlDeviceGpuRecoveryAction_t. A driver without
+        the field (:func:`~nodewarden.nvml.driver_lacks_field`) leaves it None: logged once per
+        GPU, asked again after RECOVERY_ACTION_REPROBE_SECONDS. Another error leaves it None for
+        this poll only (logged at debug level)."""
+        if fr is None:
             return
-        assert self._session is not None
-        code, ret = read_recovery_action(self._session, h)
+        known = self._no_recovery_field.get(r.index)
+        code, ret = fr
         if code is not None:
             if known is not None:
                 log.info("GPU %d: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION answers now", r.index)
@@ -524,44 +716,82 @@ class NvmlCollector:
         else:
             log.debug("GPU %d: nvmlDeviceGetFieldValues(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION): %s", r.index, why)
 
-    @staticmethod
-    def _read_memory(r: GpuReading, s: Session, h: Any) -> None:
-        """nvmlDeviceGetTotalEccErrors, nvmlDeviceGetRetiredPages, nvmlDeviceGetRetiredPagesPendingStatus,
-        nvmlDeviceGetRemappedRows."""
-        for typ, t in ECC_TYPES.items():
-            for scope, c in ECC_SCOPES.items():
-                v = s.value("nvmlDeviceGetTotalEccErrors", h, t, c)
-                if v is not None:
-                    r.ecc[(typ, scope)] = int(v)
-        for cause, c in RETIREMENT_CAUSES.items():
-            pages = s.value("nvmlDeviceGetRetiredPages", h, c)
-            if pages is not None:
-                r.retired_pages[cause] = len(pages)
-        pending = s.value("nvmlDeviceGetRetiredPagesPendingStatus", h)
+    def _read_memory(self, r: GpuReading, s: Session, h: Any, reads: Mapping[tuple[int, int], nvml.FieldRead],
+                     now: float) -> None:
+        """ECC totals, retired pages, remapped rows: from the field values, else (a driver without
+        the field) nvmlDeviceGetTotalEccErrors, nvmlDeviceGetRetiredPages,
+        nvmlDeviceGetRetiredPagesPendingStatus, nvmlDeviceGetRemappedRows."""
+        i = r.index
+        for (typ, scope), fid in nvml.ECC_FIELDS.items():
+            answered, v = self._field(i, reads, fid, now)
+            if not answered:
+                v = self._call(i, s, now, "nvmlDeviceGetTotalEccErrors", h, ECC_TYPES[typ], ECC_SCOPES[scope])
+            if v is not None:
+                r.ecc[(typ, scope)] = int(v)
+        for cause, fid in nvml.RETIRED_FIELDS.items():
+            answered, v = self._field(i, reads, fid, now)
+            if not answered:
+                pages = self._call(i, s, now, "nvmlDeviceGetRetiredPages", h, RETIREMENT_CAUSES[cause])
+                v = None if pages is None else len(pages)
+            if v is not None:
+                r.retired_pages[cause] = int(v)
+        answered, pending = self._field(i, reads, nvml.RETIRED_PENDING_FIELD, now)
+        if not answered:
+            pending = self._call(i, s, now, "nvmlDeviceGetRetiredPagesPendingStatus", h)
         r.retired_pages_pending = None if pending is None else int(bool(pending))
-        rows = s.value("nvmlDeviceGetRemappedRows", h)
+        got = {name: self._field(i, reads, fid, now) for name, fid in nvml.REMAPPED_FIELDS.items()}
+        if all(answered for answered, _ in got.values()):
+            vals = {name: v for name, (_, v) in got.items()}
+            if all(v is not None for v in vals.values()):
+                r.remapped_rows = RemappedRows(int(vals["correctable"]), int(vals["uncorrectable"]),
+                                               int(bool(vals["pending"])), int(bool(vals["failure"])))
+            return
+        rows = self._call(i, s, now, "nvmlDeviceGetRemappedRows", h)
         if rows is not None:
             corr, unc, pend, fail = (int(x) for x in rows)
             r.remapped_rows = RemappedRows(corr, unc, int(bool(pend)), int(bool(fail)))
 
-    @staticmethod
-    def _read_links(r: GpuReading, s: Session, h: Any) -> None:
-        """nvmlDeviceGetNvLinkState (:func:`nodewarden.nvml.nvlink_states`) and
-        nvmlDeviceGetNvLinkErrorCounter for each link the GPU has; nvmlDeviceGet{Curr,Max}PcieLink
-        {Generation,Width}, nvmlDeviceGetPcieReplayCounter."""
-        for link, up in nvml.nvlink_states(s, h).items():
+    def _read_links(self, r: GpuReading, s: Session, h: Any, static: "GpuStatic",
+                    reads: Mapping[tuple[int, int], nvml.FieldRead], now: float) -> None:
+        """The state of each link the GPU has (field NVML_FI_DEV_NVLINK_GET_STATE of the link,
+        else nvmlDeviceGetNvLinkState: a link that answers neither is left out) and its four
+        error counters (field values for links 0-11, else nvmlDeviceGetNvLinkErrorCounter);
+        nvmlDeviceGetCurrPcieLink{Generation,Width} (the max ones are static), PCIe replays
+        (field value, else nvmlDeviceGetPcieReplayCounter)."""
+        i = r.index
+        for link in static.links:
+            answered, up = self._field(i, reads, nvml.NVLINK_STATE_FIELD, now, scope=link)
+            if not answered:
+                up = self._call(i, s, now, "nvmlDeviceGetNvLinkState", h, link)
+            if up is None:
+                continue
             r.nvlink_state[link] = 1 if up else 0
             for typ, c in NVLINK_COUNTERS.items():
-                v = s.value("nvmlDeviceGetNvLinkErrorCounter", h, link, c)
+                answered, v = (self._field(i, reads, nvml.NVLINK_ERROR_FIELDS[typ][link], now)
+                               if link < nvml.NVLINK_FIELD_LINKS else (False, None))
+                if not answered:
+                    v = self._call(i, s, now, "nvmlDeviceGetNvLinkErrorCounter", h, link, c)
                 if v is not None:
                     r.nvlink_errors[(link, typ)] = int(v)
-        for which, fn in (("current", "nvmlDeviceGetCurrPcieLinkGeneration"), ("max", "nvmlDeviceGetMaxPcieLinkGeneration")):
-            v = s.value(fn, h)
+        for key, out, fn in (("generation", r.pcie_generation, "nvmlDeviceGetCurrPcieLinkGeneration"),
+                             ("width", r.pcie_width, "nvmlDeviceGetCurrPcieLinkWidth")):
+            v = self._call(i, s, now, fn, h)
             if v is not None:
-                r.pcie_generation[which] = int(v)
-        for which, fn in (("current", "nvmlDeviceGetCurrPcieLinkWidth"), ("max", "nvmlDeviceGetMaxPcieLinkWidth")):
-            v = s.value(fn, h)
-            if v is not None:
-                r.pcie_width[which] = int(v)
-        replays = s.value("nvmlDeviceGetPcieReplayCounter", h)
+                out["current"] = int(v)
+            if key in static.pcie_max:
+                out["max"] = static.pcie_max[key]
+        answered, replays = self._field(i, reads, nvml.PCIE_REPLAY_FIELD, now)
+        if not answered:
+            replays = self._call(i, s, now, "nvmlDeviceGetPcieReplayCounter", h)
         r.pcie_replays = None if replays is None else int(replays)
+
+
+class GpuStatic(NamedTuple):
+    """What one GPU reports that does not change while the driver is loaded: its identity, the
+    NVLink links it answers for, its maximum PCIe ``generation`` and ``width``; read again at
+    ``reread_at`` (the collector's clock)."""
+
+    identity: nvml.GpuIdentity
+    links: tuple[int, ...]
+    pcie_max: dict[str, int]
+    reread_at: float

@@ -12,12 +12,25 @@ functions are read, by :func:`nodewarden.sysfs.pci.read_functions` (the records 
 judges too); SR-IOV virtual functions (a ``physfn`` link) are left out to bound the series
 count. Series:
 
-* ``nodewarden_pcie_aer_errors_total{pci_bus_id,severity="correctable|fatal|nonfatal",error}``:
+* ``nodewarden_pcie_aer_errors_total{pci_bus_id,severity="correctable|fatal|nonfatal"}``: per
+  function and ``aer_dev_<severity>`` file, the sum of that file's error-bit counts (the bit
+  lines that parse; a line that does not counts in ``unreadable_files``). Exported from the
+  first poll for every function that has the file, 0 included, so that ``increase()`` and the
+  mixin's ``window_increase`` see the first error as a rise of a series that was already there.
+  The ``TOTAL_ERR_*`` line is not this sum and is not exported: it counts error *messages* (one
+  message may carry several bits; the ``pcie_aer`` events below count those).
+* ``nodewarden_pcie_aer_bit_errors_total{pci_bus_id,severity,error}``: the count of one error
+  bit, only for the bits whose count is non-zero now or was at any poll since the agent started.
   ``error`` is the kernel's short name (``RxErr``, ``BadTLP``, ``CmpltTO``…); kernels 4.19-5.x
   printed long names (``Receiver Error``, ``Completion Timeout``…), which are mapped to the
-  short ones so that one error keeps one label across kernels. The ``TOTAL_*`` lines are not
-  exported: they count error *messages* (one message may carry several bits) and would break
-  ``sum by (pci_bus_id)``.
+  short ones so that one error keeps one label across kernels. A bit whose count is 0 carries no
+  fact (on the 8-GPU HGX H100 tree h100-hgx-ndr-aer, 965 of the 968 bit lines are 0: a series
+  for each was almost half of the node's series), so a bit's series is born at its first count,
+  which the mixin's ``increase_with_first`` counts as new (and the totals above, through
+  ``window_increase``). A bit once exported stays exported while its function is
+  present, also when its count drops to 0 (the kernel zeroes the counters of a function it
+  removes and adds again, a reset), so that Prometheus sees the counter reset; a function gone
+  from a poll is forgotten, and its bits are born again at their next count.
 * ``nodewarden_pcie_link_generation{pci_bus_id,which="current|max"}``,
   ``nodewarden_pcie_link_width{pci_bus_id,which}`` (:func:`~nodewarden.sysfs.pci.pcie_generation`,
   :func:`~nodewarden.sysfs.pci.pcie_width`: a width of 0, a link that is down, is 0).
@@ -41,13 +54,16 @@ from pathlib import Path
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import PCIE_AER, FaultEvent
 from nodewarden.parsing import aer
-from nodewarden.sysfs.attrs import AttrReader
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs
 from nodewarden.sysfs.pci import AER_FILES, TOTAL_LINE, AerStats, Function, parse_hex, read_functions
 
 NAME = "pcie"
 UNREADABLE = "nodewarden_collector_unreadable_files"
 HELP = {
-    "nodewarden_pcie_aer_errors_total": "PCIe AER errors reported by this function, by severity and error bit (sysfs aer_dev_*).",
+    "nodewarden_pcie_aer_errors_total": "PCIe AER errors reported by this function, by severity: the sum of the "
+                                        "error-bit counts of its sysfs aer_dev_* file.",
+    "nodewarden_pcie_aer_bit_errors_total": "PCIe AER errors reported by this function, by severity and error bit "
+                                            "(sysfs aer_dev_*); only the bits that counted since the agent started.",
     "nodewarden_pcie_link_generation": "PCIe link generation (1-7) from current/max_link_speed.",
     "nodewarden_pcie_link_width": "PCIe link width in lanes from current/max_link_width (0: link down).",
     "nodewarden_pcie_device_info": "NVIDIA/Mellanox PCI function identity; always 1.",
@@ -93,18 +109,25 @@ class PcieCollector:
 
     def __init__(self, sysfs: str | Path = "/sys") -> None:
         self.sysfs = Path(sysfs)
+        self._static = StaticAttrs()  # vendor, device, class, max link: read once per function directory
         # (pci_bus_id, aer file severity) -> (TOTAL_ERR_* or None, {error: count}): the last poll's
         # readings (_aer) and this poll's (_seen)
         self._aer: dict[tuple[str, str], Reading] = {}
         self._seen: dict[tuple[str, str], Reading] = {}
+        # pci_bus_id -> {(severity, error)}: the error bits seen non-zero since the agent started
+        # (or since the function came back), exported from then on while the function is present
+        self._bits: dict[str, set[tuple[str, str]]] = {}
 
     def collect(self) -> Snapshot:
         snap = Snapshot()
         self._seen = {}
         r = AttrReader()
-        functions = read_functions(self.sysfs, r)  # NVIDIA and Mellanox, in bus order
+        # NVIDIA and Mellanox, in bus order; the ports above them are the links check's, not exported here
+        functions = read_functions(self.sysfs, r, static=self._static, upstream=False)
         for f in functions:
             self._function(snap, f)
+        present = {f.pci_bus_id for f in functions}
+        self._bits = {pci: bits for pci, bits in self._bits.items() if pci in present}  # gone: forgotten
         if functions or r.unreadable:  # files found unreadable count even when no function survived them
             snap.add(UNREADABLE, {"collector": NAME}, r.unreadable, GAUGE, HELP[UNREADABLE])
         self._aer = self._seen  # a function gone this poll starts a new baseline when it is back
@@ -152,6 +175,12 @@ class PcieCollector:
                     self._seen[(pci, severity)] = self._aer[(pci, severity)]
                 continue  # no AER capability, or a kernel before 4.19
             self._aer_event(snap, f, severity, (stats.records, dict(stats.counts)))
+            snap.add("nodewarden_pcie_aer_errors_total", bus + (("severity", severity),), sum(stats.counts.values()),
+                     COUNTER, HELP["nodewarden_pcie_aer_errors_total"])
+            seen = self._bits.setdefault(pci, set())
             for error, value in stats.counts.items():
-                snap.add("nodewarden_pcie_aer_errors_total", bus + (("severity", severity), ("error", error)),
-                         value, COUNTER, HELP["nodewarden_pcie_aer_errors_total"])
+                if value or (severity, error) in seen:
+                    seen.add((severity, error))
+                    snap.add("nodewarden_pcie_aer_bit_errors_total",
+                             bus + (("severity", severity), ("error", error)), value, COUNTER,
+                             HELP["nodewarden_pcie_aer_bit_errors_total"])

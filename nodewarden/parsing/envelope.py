@@ -23,7 +23,6 @@ import datetime as dt
 import json
 import re
 from typing import Any, NamedTuple
-from zoneinfo import ZoneInfo
 
 from nodewarden.events import TIME_MONO, TIME_NONE, TIME_WALL
 from nodewarden.parsing.lines import TRIGGERS
@@ -114,7 +113,11 @@ class TimeContext:
     def make(cls, tz: str | dt.tzinfo | None = None, reference: dt.datetime | None = None,
              boot_time: dt.datetime | None = None) -> TimeContext:
         if isinstance(tz, str):
-            tz = UTC if tz.upper() == "UTC" else ZoneInfo(tz)
+            if tz.upper() == "UTC":
+                tz = UTC
+            else:  # imported for a named zone only: the agent (kernel time) never loads zoneinfo
+                from zoneinfo import ZoneInfo
+                tz = ZoneInfo(tz)
         return cls(tz=tz or UTC, reference=reference, boot_time=boot_time)
 
 

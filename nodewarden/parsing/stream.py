@@ -143,12 +143,18 @@ class KernelLogParser:
 
     host: the node the stream comes from when the lines do not say (path, agent hostname).
     source: the ``source`` field of emitted events (``kmsg``, ``file``, ``journal``, ``stdin``).
+    single_envelope: every record comes through one envelope (the agent's ``/dev/kmsg``
+      records, all ``fmt="kmsg"``): none can be a kernel record re-printed through another, so
+      the stream does not remember the records it read for that (up to :data:`_ENVELOPES_KEPT`
+      messages); the events are the same.
     """
 
-    def __init__(self, host: str | None = None, source: str = "file", origin: str | None = None) -> None:
+    def __init__(self, host: str | None = None, source: str = "file", origin: str | None = None,
+                 single_envelope: bool = False) -> None:
         self.host = host
         self.source = source
         self.origin = origin
+        self.single_envelope = single_envelope
         self.stats = ParseStats()
         self.pci_uuid: dict[tuple[str | None, str], str] = {}
         self._index = 0
@@ -214,7 +220,7 @@ class KernelLogParser:
                 self.stats.skipped_non_kernel += 1
             self.stats.events += len(out)
             return out
-        if self._reprinted(rec):
+        if not self.single_envelope and self._reprinted(rec):
             self.stats.duplicates_suppressed += 1
             return out
         try:

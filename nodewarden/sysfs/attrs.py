@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 ATTR_LIMIT = 4096  # a sysfs attribute is at most one page (Documentation/filesystems/sysfs.rst)
 
 
-def _read(path: Path, limit: int) -> str | None:
+def _read(path: str | os.PathLike[str], limit: int) -> str | None:
     """The text of the regular file ``path`` (at most ``limit`` bytes, UTF-8 with replacement),
     stripped; None when absent, not a regular file, or unreadable. Opened non-blocking."""
     try:
@@ -35,6 +35,8 @@ def _read(path: Path, limit: int) -> str | None:
                 break
             chunks.append(data)
             left -= len(data)
+            if left > 0:  # a short read of a regular file is its end (a sysfs show() answers in
+                break         # one read): no second read(2) for the EOF
         return b"".join(chunks).decode("utf-8", "replace").strip()
     except OSError:
         return None
@@ -42,7 +44,7 @@ def _read(path: Path, limit: int) -> str | None:
         os.close(fd)
 
 
-def read_attr(path: Path) -> str | None:
+def read_attr(path: str | os.PathLike[str]) -> str | None:
     """A sysfs attribute's text (at most 4 KiB, UTF-8 with replacement), stripped; None when
     absent, not a regular file, or unreadable (EINVAL: the kernel refuses e.g. ``speed`` of a
     down interface). Not counted: for the attributes whose refusal is their normal answer."""
@@ -109,14 +111,16 @@ class AttrReader:
     def __init__(self) -> None:
         self.unreadable = 0
 
-    def text(self, path: Path, limit: int = ATTR_LIMIT) -> str | None:
-        """The attribute's text, stripped; None when absent or unreadable (counted if present)."""
+    def text(self, path: str | os.PathLike[str], limit: int = ATTR_LIMIT) -> str | None:
+        """The attribute's text, stripped; None when absent or unreadable (counted if present).
+        ``path`` may be a string: a poll's hot loops join strings (a ``Path`` join costs more
+        than the read)."""
         text = _read(path, limit)
         if text is None and os.path.lexists(path):
             self.unreadable += 1
         return text
 
-    def counter(self, path: Path) -> int | None:
+    def counter(self, path: str | os.PathLike[str]) -> int | None:
         """A non-negative decimal count; None (and counted) when present but not a number."""
         text = self.text(path)
         value = parse_counter(text)
@@ -138,3 +142,53 @@ class AttrReader:
             return False
         self.unreadable += 1
         return True
+
+
+class StaticAttrs:
+    """The texts of attributes that do not change while their device exists (a PCI function's
+    ``vendor``, ``device``, ``class``, maximum link), read once per device directory by a
+    collector that polls: kept while the directory is the same one -- same ``st_dev``, ``st_ino``
+    and ``st_ctime_ns`` (sysfs gives a device removed and added again a new directory inode; a
+    file system that reuses inode numbers changes the ctime) -- and read again when it is not. Only texts that read and parsed are kept (an unreadable file is read,
+    and counted, at every poll). :meth:`prune` forgets the directories no longer listed."""
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+
+    def of(self, d: Path) -> dict[str, Any] | None:
+        """The kept values of directory ``d`` (empty when it is new or was replaced); None when
+        ``d`` is no directory now (vanished, a dangling link)."""
+        try:
+            st = os.stat(d)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        key, ident = str(d), (st.st_dev, st.st_ino, st.st_ctime_ns)
+        entry = self._dirs.get(key)
+        if entry is None or entry[0] != ident:
+            entry = self._dirs[key] = (ident, {})
+        return entry[1]
+
+    def prune(self, keep: set[str]) -> None:
+        """Forget every directory whose path is not in ``keep``."""
+        for key in [k for k in self._dirs if k not in keep]:
+            del self._dirs[key]
+
+    def __len__(self) -> int:
+        return len(self._dirs)
+
+
+def visit(d: Path, reader: AttrReader, static: StaticAttrs | None, listed: set[str]) -> tuple[bool, dict[str, Any] | None]:
+    """(present, kept) for the directory ``d`` a reader listed a moment ago: present False (and
+    counted, as :meth:`AttrReader.gone` counts it) when it is no directory now; ``kept`` its
+    :meth:`StaticAttrs.of` entry (None without ``static``), its path added to ``listed`` for
+    :meth:`StaticAttrs.prune`."""
+    if static is None:
+        return not reader.gone(d), None
+    kept = static.of(d)
+    if kept is None:
+        reader.unreadable += 1
+        return False, None
+    listed.add(str(d))
+    return True, kept

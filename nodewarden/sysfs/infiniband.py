@@ -16,10 +16,11 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, CodeName, is_decimal, listdir, parse_code_name, printable
+from nodewarden.sysfs.attrs import (AttrReader, CodeName, StaticAttrs, is_decimal, listdir, parse_code_name, printable,
+                                    visit)
 
 # ib_port_state / ib_port_phys_state (include/rdma/ib_verbs.h), as sysfs prints them: "N: NAME".
 IB_ACTIVE, IB_LINKUP = 4, 5
@@ -162,7 +163,7 @@ def present(sysfs: Path) -> bool:
     return (Path(sysfs) / "class" / "infiniband").is_dir()
 
 
-def _code_name(reader: AttrReader, path: Path, names: Mapping[str, int]) -> CodeName:
+def _code_name(reader: AttrReader, path: str | Path, names: Mapping[str, int]) -> CodeName:
     """``state``/``phys_state``: ``N: NAME``, or a text-only name (its number from ``names``
     when it is one of the kernel's); empty or unreadable -> (None, None), counted."""
     text = reader.text(path)
@@ -173,57 +174,115 @@ def _code_name(reader: AttrReader, path: Path, names: Mapping[str, int]) -> Code
     return value
 
 
-def read_port(device: str, port: int, pdir: Path, reader: AttrReader) -> Port:
+def _listing(d: Path, kept: dict[str, Any] | None, key: str, make: Callable[[list[str]], list[Any]]) -> list[Any]:
+    """``make(listdir(d))``, kept in ``kept`` while the directory's inode and mtime stay the same
+    (one stat instead of a listing and a sort per poll). For listings fixed while their
+    directory exists (a port's ``counters/``, a device's ``ports/``: the kernel creates them with
+    the port or device, and sysfs does not touch a directory's mtime); the mtime is looked at
+    for trees that are edited (a fixture), never relied on for sysfs."""
+    if kept is None:
+        return make(listdir(d))
+    try:
+        st = os.stat(d)
+        ident: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        ident = None
+    got = kept.get(key)
+    if got is not None and ident is not None and got[0] == ident:
+        return got[1]
+    value = make(listdir(d))
+    if ident is not None:
+        kept[key] = (ident, value)
+    return value
+
+
+def read_port(device: str, port: int, pdir: Path, reader: AttrReader, static: StaticAttrs | None = None) -> Port | None:
     """One port directory (``class/infiniband/<device>/ports/<port>``) as a :class:`Port`; a
     ``state``/``phys_state`` that is empty, or a ``rate`` that is not ``N Gb/sec``, is None and
-    counted as the unreadable files are."""
-    state = _code_name(reader, pdir / "state", PORT_STATES)
-    phys = _code_name(reader, pdir / "phys_state", PHYS_STATES)
-    layer = read_link_layer(pdir, reader)
+    counted as the unreadable files are. With ``static`` (a poller's
+    :class:`~nodewarden.sysfs.attrs.StaticAttrs`), what does not change while the port exists
+    (``link_layer``, the names of its ``counters/`` and ``hw_counters/`` files) is read once,
+    and a port directory that is no directory now is None (counted)."""
+    kept = static.of(pdir) if static is not None else None
+    if static is not None and kept is None:
+        reader.unreadable += 1  # vanished (as AttrReader.gone counts it)
+        return None
+    ps = str(pdir)  # string joins: a Path join costs more than the read
+    state = _code_name(reader, f"{ps}/state", PORT_STATES)
+    phys = _code_name(reader, f"{ps}/phys_state", PHYS_STATES)
+    if kept is not None and "layer" in kept:
+        layer = kept["layer"]
+    else:
+        layer = read_link_layer(pdir, reader)
+        if kept is not None and layer is not None:
+            kept["layer"] = layer
+    cdir, hdir = pdir / "counters", pdir / "hw_counters"
+    names = _listing(cdir, kept, "counters", lambda fs: [(counter_name(f), f) for f in fs])
+    hw_names = _listing(hdir, kept, "hw_counters", lambda fs: [f for f in fs if f not in NOT_COUNTERS])
     counters: dict[str, int | None] = {}
-    for fname in listdir(pdir / "counters"):
-        counters[counter_name(fname)] = reader.counter(pdir / "counters" / fname)
-    hw = {fname: reader.counter(pdir / "hw_counters" / fname)
-          for fname in listdir(pdir / "hw_counters") if fname not in NOT_COUNTERS}
+    c, h = str(cdir), str(hdir)  # string joins: a Path join costs more than the read
+    for name, fname in names:
+        counters[name] = reader.counter(f"{c}/{fname}")
+    hw = {fname: reader.counter(f"{h}/{fname}") for fname in hw_names}
     # The GID table's netdev (a bond for a LAG device); an InfiniBand port has none (EINVAL).
-    netdev = reader.text(pdir / "gid_attrs" / "ndevs" / "0") if layer == ETHERNET else None
-    rate = reader.text(pdir / "rate")
+    netdev = reader.text(f"{ps}/gid_attrs/ndevs/0") if layer == ETHERNET else None
+    rate = reader.text(f"{ps}/rate")
     if reader.parsed(rate, parse_ib_rate(rate).gbit) is None:
         rate = None
     return Port(device, port, state.code, state.name, phys.code, phys.name, rate, layer, netdev or None,
                 counters, hw)
 
 
-def read_devices(sysfs: Path, reader: AttrReader | None = None) -> list[Device]:
+def _identity(ddir: Path, reader: AttrReader) -> tuple[str | None, str | None, str | None, str | None]:
+    """(PCI function of ``device``, ``hca_type``, ``fw_ver``, ``board_id``) of a device directory."""
+    try:
+        pci = normalize_pci(os.path.basename(os.path.realpath(ddir / "device")))
+    except OSError:
+        pci = None
+    return pci, reader.text(ddir / "hca_type"), reader.text(ddir / "fw_ver"), reader.text(ddir / "board_id")
+
+
+def read_devices(sysfs: Path, reader: AttrReader | None = None, static: StaticAttrs | None = None) -> list[Device]:
     """Every RDMA device under ``<sysfs>/class/infiniband`` with its ports (``mlx5_2`` before
     ``mlx5_10``); ``[]`` when the directory is absent. Never raises: a device or a port that is
     no directory (vanished while read, a dangling link), or a port entry that is no port number,
-    is left out and counted."""
+    is left out and counted. ``static``: a poller's :class:`~nodewarden.sysfs.attrs.StaticAttrs`,
+    so that what does not change while a device or port exists (the PCI function, ``hca_type``,
+    ``fw_ver``, ``board_id``, :func:`read_port`'s) is read once per directory; the records are
+    the same as without it."""
     reader = reader if reader is not None else AttrReader()
     root = Path(sysfs) / "class" / "infiniband"
     out = []
+    listed: set[str] = set()
     for name in listdir(root):
         ddir = root / name
-        if reader.gone(ddir):
+        present, kept = visit(ddir, reader, static, listed)
+        if not present:
             continue
-        try:
-            pci = normalize_pci(os.path.basename(os.path.realpath(ddir / "device")))
-        except OSError:
-            pci = None
+        if kept is not None and "identity" in kept:
+            pci, hca, fw, board = kept["identity"]
+        else:
+            pci, hca, fw, board = _identity(ddir, reader)
+            if kept is not None and None not in (hca, fw, board):
+                kept["identity"] = (pci, hca, fw, board)
         ports = []
-        for num in listdir(ddir / "ports"):
+        for num in _listing(ddir / "ports", kept, "ports", list):
             pdir = ddir / "ports" / num
             if not is_decimal(num):
                 reader.unreadable += 1
                 continue
-            if not reader.gone(pdir):
-                ports.append(read_port(printable(name), int(num), pdir, reader))
-        netdevs = tuple(printable(n) for n in listdir(ddir / "device" / "net"))
-        out.append(Device(printable(name), pci, reader.text(ddir / "hca_type"), reader.text(ddir / "fw_ver"),
-                          reader.text(ddir / "board_id"), netdevs, tuple(ports)))
+            if static is not None or not reader.gone(pdir):  # with static, read_port's stat tells
+                port = read_port(printable(name), int(num), pdir, reader, static)
+                if port is not None:
+                    ports.append(port)
+                    listed.add(str(pdir))
+        netdevs = tuple(printable(n) for n in listdir(ddir / "device" / "net"))  # renamed at will: listed every time
+        out.append(Device(printable(name), pci, hca, fw, board, netdevs, tuple(ports)))
+    if static is not None:
+        static.prune(listed)
     return out
 
 
-def read_ports(sysfs: Path, reader: AttrReader | None = None) -> list[Port]:
+def read_ports(sysfs: Path, reader: AttrReader | None = None, static: StaticAttrs | None = None) -> list[Port]:
     """The ports of :func:`read_devices`, in device then port order."""
-    return [p for d in read_devices(sysfs, reader) for p in d.ports]
+    return [p for d in read_devices(sysfs, reader, static) for p in d.ports]

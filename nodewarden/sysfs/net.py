@@ -14,9 +14,10 @@ import dataclasses
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, listdir, printable, read_attr
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs, listdir, printable, read_attr, visit
 
 # include/uapi/linux/if_arp.h
 ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
@@ -35,7 +36,7 @@ def parse_carrier(text: str | None) -> int | None:
     return int(text) if text in ("0", "1") else None
 
 
-def _speed(reader: AttrReader, path: Path) -> int | None:
+def _speed(reader: AttrReader, path: str | Path) -> int | None:
     """``speed``: refused (EINVAL) while down, ``-1`` when unknown: neither is counted; text that
     is no number is."""
     text = read_attr(path)
@@ -44,7 +45,7 @@ def _speed(reader: AttrReader, path: Path) -> int | None:
     return parse_speed(text)
 
 
-def _carrier(reader: AttrReader, path: Path) -> int | None:
+def _carrier(reader: AttrReader, path: str | Path) -> int | None:
     """``carrier``: refused (EINVAL) while down, not counted; text other than 0/1 is."""
     text = read_attr(path)
     return reader.parsed(text, parse_carrier(text))
@@ -91,25 +92,55 @@ def present(sysfs: Path) -> bool:
     return (Path(sysfs) / "class" / "net").is_dir()
 
 
-def read_netdev(d: Path, reader: AttrReader) -> Netdev:
-    """The interface directory ``d`` (``class/net/<name>``) as a :class:`Netdev`."""
+def _kind(d: Path, reader: AttrReader) -> dict[str, Any]:
+    """What an interface directory says of the interface's kind, which does not change while it
+    exists: ``device`` link and its PCI function, ``bridge/``, ``device/physfn``, ``type``."""
     has_device = os.path.lexists(d / "device")
-    pci = normalize_pci(os.path.basename(os.path.realpath(d / "device"))) if has_device else None
+    return {"device": has_device,
+            "pci_bus_id": normalize_pci(os.path.basename(os.path.realpath(d / "device"))) if has_device else None,
+            "bridge": (d / "bridge").is_dir(), "physfn": os.path.lexists(d / "device" / "physfn"),
+            "type": reader.counter(d / "type")}
+
+
+def read_netdev(d: Path, reader: AttrReader, static: StaticAttrs | None = None) -> Netdev:
+    """The interface directory ``d`` (``class/net/<name>``) as a :class:`Netdev`. With ``static``
+    (a poller's :class:`~nodewarden.sysfs.attrs.StaticAttrs`), what does not change while the
+    interface exists (:func:`_kind`) is read once per interface directory."""
+    return _read_netdev(d, reader, static.of(d) if static is not None else None)
+
+
+def _read_netdev(d: Path, reader: AttrReader, kept: dict[str, Any] | None) -> Netdev:
+    if kept is not None and "kind" in kept:
+        kind = kept["kind"]
+    else:
+        kind = _kind(d, reader)
+        if kept is not None and kind["type"] is not None:
+            kept["kind"] = kind
+    s = str(d)  # string joins: a Path join costs more than the read
     return Netdev(
-        name=printable(d.name), operstate=reader.text(d / "operstate"),
-        carrier=_carrier(reader, d / "carrier"), speed_mbit=_speed(reader, d / "speed"),
-        type=reader.counter(d / "type"), carrier_changes=reader.counter(d / "carrier_changes"),
-        carrier_up_count=reader.counter(d / "carrier_up_count"),
-        carrier_down_count=reader.counter(d / "carrier_down_count"),
-        device=has_device, pci_bus_id=pci, bridge=(d / "bridge").is_dir(),
-        physfn=os.path.lexists(d / "device" / "physfn"),
-        bond_slaves=tuple((reader.text(d / "bonding" / "slaves") or "").split()))
+        name=printable(d.name), operstate=reader.text(f"{s}/operstate"),
+        carrier=_carrier(reader, f"{s}/carrier"), speed_mbit=_speed(reader, f"{s}/speed"),
+        type=kind["type"], carrier_changes=reader.counter(f"{s}/carrier_changes"),
+        carrier_up_count=reader.counter(f"{s}/carrier_up_count"),
+        carrier_down_count=reader.counter(f"{s}/carrier_down_count"),
+        device=kind["device"], pci_bus_id=kind["pci_bus_id"], bridge=kind["bridge"], physfn=kind["physfn"],
+        bond_slaves=tuple((reader.text(f"{s}/bonding/slaves") or "").split()))
 
 
-def read_netdevs(sysfs: Path, reader: AttrReader | None = None) -> list[Netdev]:
+def read_netdevs(sysfs: Path, reader: AttrReader | None = None, static: StaticAttrs | None = None) -> list[Netdev]:
     """Every interface under ``<sysfs>/class/net`` (``eth2`` before ``eth10``); ``[]`` when the
     directory is absent. Never raises: an interface that is no directory (removed while read, a
-    dangling link) is left out and counted."""
+    dangling link) is left out and counted. ``static``: see :func:`read_netdev`; the records are
+    the same as without it."""
     reader = reader if reader is not None else AttrReader()
     root = Path(sysfs) / "class" / "net"
-    return [read_netdev(root / name, reader) for name in listdir(root) if not reader.gone(root / name)]
+    out = []
+    listed = set()
+    for name in listdir(root):
+        d = root / name
+        present, kept = visit(d, reader, static, listed)
+        if present:
+            out.append(_read_netdev(d, reader, kept))
+    if static is not None:
+        static.prune(listed)
+    return out

@@ -14,11 +14,11 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from nodewarden.parsing.aer import LONG_NAMES  # the kernel's long error names (4.19-5.x) -> short ones
 from nodewarden.parsing.pci import normalize_pci
-from nodewarden.sysfs.attrs import AttrReader, listdir
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs, listdir, visit
 
 NVIDIA, MELLANOX = 0x10DE, 0x15B3
 # PCIe transfer rate (GT/s) -> generation.
@@ -170,26 +170,44 @@ def present(sysfs: Path) -> bool:
     return (Path(sysfs) / "bus" / "pci" / "devices").is_dir()
 
 
-def _speed(reader: AttrReader, path: Path) -> str | None:
+def _speed(reader: AttrReader, path: str, kept: dict[str, Any] | None = None) -> str | None:
     """A ``*_link_speed`` file; text that is neither ``N GT/s`` of a known generation nor the
-    kernel's ``Unknown`` (a link that is down) is counted unreadable (and kept, for the report)."""
+    kernel's ``Unknown`` (a link that is down) is counted unreadable (and kept, for the report).
+    ``kept``: a :class:`~nodewarden.sysfs.attrs.StaticAttrs` directory entry (a static file)."""
+    if kept is not None and path in kept:
+        return kept[path]
     text = reader.text(path)
-    if text is not None and text != "Unknown":
-        reader.parsed(text, pcie_generation(text))
+    ok = text is not None and (text == "Unknown" or reader.parsed(text, pcie_generation(text)) is not None)
+    if ok and kept is not None:
+        kept[path] = text
     return text
 
 
-def _width(reader: AttrReader, path: Path) -> str | None:
+def _width(reader: AttrReader, path: str, kept: dict[str, Any] | None = None) -> str | None:
     """A ``*_link_width`` file; text that is not a lane count is counted unreadable."""
+    if kept is not None and path in kept:
+        return kept[path]
     text = reader.text(path)
-    reader.parsed(text, pcie_width(text))
+    if reader.parsed(text, pcie_width(text)) is not None and kept is not None:
+        kept[path] = text
     return text
 
 
-def read_link(d: Path, reader: AttrReader) -> Link:
-    """The four link attributes of the function directory ``d``."""
-    return Link(_speed(reader, d / "current_link_speed"), _speed(reader, d / "max_link_speed"),
-                _width(reader, d / "current_link_width"), _width(reader, d / "max_link_width"))
+def read_link(d: Path, reader: AttrReader, kept: dict[str, Any] | None = None) -> Link:
+    """The four link attributes of the function directory ``d``; with ``kept`` (its
+    :class:`~nodewarden.sysfs.attrs.StaticAttrs` entry), the ``max_*`` ones are read once."""
+    s = str(d)  # string joins: a Path join costs more than the read
+    return Link(_speed(reader, f"{s}/current_link_speed"), _speed(reader, f"{s}/max_link_speed", kept),
+                _width(reader, f"{s}/current_link_width"), _width(reader, f"{s}/max_link_width", kept))
+
+
+def _kept_text(reader: AttrReader, d: Path, name: str, kept: dict[str, Any] | None) -> str | None:
+    if kept is not None and name in kept:
+        return kept[name]
+    text = reader.text(d / name)
+    if text is not None and kept is not None:
+        kept[name] = text
+    return text
 
 
 def upstream_port(d: Path) -> Path | None:
@@ -208,8 +226,9 @@ def read_aer(d: Path, reader: AttrReader) -> dict[str, AerStats]:
     """The readable ``aer_dev_*`` files of ``d`` by severity; a file with lines that are not
     ``<error> <count>`` is counted unreadable once (its good lines still count)."""
     out = {}
+    s = str(d)
     for fname, severity in AER_FILES:
-        text = reader.text(d / fname)
+        text = reader.text(f"{s}/{fname}")
         if text is None:
             continue  # no AER capability, a kernel before 4.19, or a read error (counted)
         counts, bad, total = parse_aer(text, severity)
@@ -219,32 +238,67 @@ def read_aer(d: Path, reader: AttrReader) -> dict[str, AerStats]:
     return out
 
 
-def read_function(d: Path, vendor: int, reader: AttrReader) -> Function:
-    """The function directory ``d`` (``bus/pci/devices/<bdf>``, vendor already read)."""
-    up = upstream_port(d)
-    return Function(d.name, normalize_pci(d.name) or d.name, vendor, reader.text(d / "device"),
-                    reader.text(d / "class"), read_link(d, reader), up.name if up is not None else None,
-                    read_link(up, reader) if up is not None else None, read_aer(d, reader))
+def read_function(d: Path, vendor: int, reader: AttrReader, static: StaticAttrs | None = None,
+                  kept: dict[str, Any] | None = None, upstream: bool = True) -> Function:
+    """The function directory ``d`` (``bus/pci/devices/<bdf>``, vendor already read). With
+    ``static``, what does not change while the function exists (``device``, ``class``, the
+    maximum link, the upstream port and its maximum link) is read once (:class:`StaticAttrs`;
+    ``kept``: ``static.of(d)`` when the caller has it). ``upstream`` False: the upstream port
+    is not read (``upstream`` and ``upstream_link`` None), for a reader that does not judge it."""
+    if kept is None and static is not None:
+        kept = static.of(d)
+    if not upstream:
+        return Function(d.name, normalize_pci(d.name) or d.name, vendor, _kept_text(reader, d, "device", kept),
+                        _kept_text(reader, d, "class", kept), read_link(d, reader, kept), None, None,
+                        read_aer(d, reader))
+    if kept is not None and "upstream" in kept:
+        up = kept["upstream"]
+    else:
+        up = upstream_port(d)
+        if kept is not None:
+            kept["upstream"] = up
+    up_kept = static.of(up) if static is not None and up is not None else None
+    return Function(d.name, normalize_pci(d.name) or d.name, vendor, _kept_text(reader, d, "device", kept),
+                    _kept_text(reader, d, "class", kept), read_link(d, reader, kept),
+                    up.name if up is not None else None,
+                    read_link(up, reader, up_kept) if up is not None else None, read_aer(d, reader))
 
 
 def read_functions(sysfs: Path, reader: AttrReader | None = None,
-                   vendors: Iterable[int] = (NVIDIA, MELLANOX)) -> list[Function]:
+                   vendors: Iterable[int] = (NVIDIA, MELLANOX), static: StaticAttrs | None = None,
+                   upstream: bool = True) -> list[Function]:
     """The physical functions of ``vendors`` under ``<sysfs>/bus/pci/devices``, in bus order;
     ``[]`` when the directory is absent. SR-IOV VFs (a ``physfn`` link: their link fields are
     the PF's, or zero) are left out. Never raises: a function that is no directory (removed
     while read: a GPU that fell off the bus; a dangling link) is left out and counted, as is one
-    whose ``vendor`` cannot be read."""
+    whose ``vendor`` cannot be read. ``static``: a poller's :class:`StaticAttrs`, so that the
+    attributes that do not change while a function exists (``vendor``, ``physfn``, ``device``,
+    ``class``, ``max_link_*``, the upstream port) are read once per function directory; the
+    records are the same as without it. ``upstream`` False: the ports above the functions are
+    not read (:func:`read_function`)."""
     reader = reader if reader is not None else AttrReader()
     wanted = set(vendors)
     root = Path(sysfs) / "bus" / "pci" / "devices"
     out = []
+    listed = set()
     for bdf in sorted(listdir(root), key=lambda b: normalize_pci(b) or b):
         d = root / bdf
-        if reader.gone(d):
+        present, kept = visit(d, reader, static, listed)
+        if not present:
             continue
-        text = reader.text(d / "vendor")
-        vendor = reader.parsed(text, parse_hex(text))
-        if vendor is None or vendor not in wanted or os.path.lexists(d / "physfn"):
+        if kept is not None and "vendor" in kept:
+            vendor, vf = kept["vendor"], kept["physfn"]
+        else:
+            text = reader.text(d / "vendor")
+            vendor = reader.parsed(text, parse_hex(text))
+            vf = os.path.lexists(d / "physfn")
+            if kept is not None and vendor is not None:
+                kept["vendor"], kept["physfn"] = vendor, vf
+        if vendor is None or vendor not in wanted or vf:
             continue
-        out.append(read_function(d, vendor, reader))
+        out.append(read_function(d, vendor, reader, static, kept, upstream))
+        if kept is not None and kept.get("upstream") is not None:
+            listed.add(str(kept["upstream"]))  # the upstream port's entry lives as long as its function's
+    if static is not None:
+        static.prune(listed)
     return out

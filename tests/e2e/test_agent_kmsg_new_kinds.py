@@ -267,8 +267,9 @@ def test_one_aer_error_seen_in_sysfs_and_in_the_log_is_one_event(tmp_path: Path,
                f"<3>nvidia {gpu}:    [14] CmpltTO                (First)")
     wait_for("the log's record", lambda: a.value(AER, pci_bus_id=gpu, severity="fatal") == logged0 + 1)
     bump()
-    wait_for("the rise in sysfs", lambda: a.value("nodewarden_pcie_aer_errors_total", pci_bus_id=gpu,
+    wait_for("the rise in sysfs", lambda: a.value("nodewarden_pcie_aer_bit_errors_total", pci_bus_id=gpu,
                                                   severity="fatal", error="CmpltTO") == 1)
+    assert a.value("nodewarden_pcie_aer_errors_total", pci_bus_id=gpu, severity="fatal") == 1
     # sysfs only: a second record the log does not print
     bump()
     wait_for("the sysfs-only record as the collector's event",

@@ -721,7 +721,7 @@ def test_every_fault_pages_and_every_panel_has_data(tmp_path: Path, requirements
             prom.value(f'nodewarden_nvswitch_sxid_errors_total{{switch="{sw}",sxid="12024",severity="fatal"}}') == 1,
             prom.value(precursor) == before[precursor] + 1,
             prom.value(corrected) == before[corrected] + 1,
-            prom.value(f"nodewarden_pcie_aer_errors_total{{{nic}}}") == 1,
+            prom.value(f"nodewarden_pcie_aer_bit_errors_total{{{nic}}}") == 1,
             prom.value(f'nodewarden_gpu_reset_required_events_total{{gpu="1",action="node_reboot"}}') == 1,
             prom.value('nodewarden_gpu_recovery_action{gpu="1",action="node_reboot"}') == 1,
         )))

@@ -22,11 +22,13 @@ Functions (nvml.h names; ``_v2``/``_v3`` are the versions pynvml resolves)::
     nvmlDeviceGetPowerUsage nvmlDeviceGetClockInfo nvmlDeviceGetMaxClockInfo
     nvmlDeviceGetPerformanceState nvmlDeviceGetComputeRunningProcesses_v3
     nvmlDeviceGetComputeRunningProcesses_v2 nvmlDeviceGetMemoryInfo nvmlDeviceGetMemoryInfo_v2
-    nvmlDeviceGetFieldValues (field 230 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; not in the old_driver
-    build, whose value answers NVML_ERROR_NOT_SUPPORTED)
+    nvmlDeviceGetFieldValues (field 230 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, not in the old_driver
+    build, whose value answers NVML_ERROR_NOT_SUPPORTED; the counter fields of ECC, retired pages,
+    remapped rows, PCIe replays and NVLink links 0-11, and 165 NVML_FI_DEV_NVLINK_GET_STATE with the
+    link in scopeId, each answering what its per-counter call answers, "not_supported" words included)
 
-State file (JSON, path in ``NVMLSIM_STATE``, read again on every call; :func:`write_state` replaces
-it atomically so that a call never reads half a file)::
+State file (JSON, path in ``NVMLSIM_STATE``, read again on every call and parsed again only when its
+bytes changed; :func:`write_state` replaces it atomically so that a call never reads half a file)::
 
     {
       "driver_version": "550.90.07",        # nvmlSystemGetDriverVersion
@@ -56,7 +58,8 @@ it atomically so that a call never reads half a file)::
           "lost": false,          # true: every call for this GPU returns NVML_ERROR_GPU_IS_LOST (15)
           "hang_seconds": 0,      # every call for this GPU sleeps this long (a hung driver)
           "hang_in": {"nvmlDeviceGetFieldValues": 60},  # only this call (function or feature word) hangs
-          "not_supported": ["remapped_rows"]   # NVML_ERROR_NOT_SUPPORTED (3) for these queries
+          "not_supported": ["remapped_rows"],  # NVML_ERROR_NOT_SUPPORTED (3) for these queries
+          "call_returns": {"nvmlDeviceGetFieldValues": 999}  # this call (function or feature word) fails so
         }
       ]
     }
@@ -117,7 +120,7 @@ def build(tmpdir: str | os.PathLike[str], *, old_driver: bool = False) -> Path:
         _unavailable("no C compiler (gcc) to build the NVML simulator")
     out = Path(tmpdir) / ("nvmlsim-old" if old_driver else "nvmlsim")
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [cc, "-shared", "-fPIC", "-O2", *(["-DNVMLSIM_OLD_DRIVER"] if old_driver else []),
+    cmd = [cc, "-shared", "-fPIC", "-O2", "-pthread", *(["-DNVMLSIM_OLD_DRIVER"] if old_driver else []),
            "-Wl,-soname," + LIBNAME, "-o", str(out / LIBNAME), str(SOURCE)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:

@@ -9,13 +9,17 @@
  *
  * Device state is a JSON file named by the environment variable NVMLSIM_STATE, read again on
  * every call so that a test can change a counter, lose a GPU or hang the driver while the
- * process that uses NVML runs. The format is described in tests/nvmlsim/__init__.py.
+ * process that uses NVML runs. It is parsed only when its bytes changed since the last parse
+ * (the read is compared with the parsed copy), so that a call costs a file read, not a parse:
+ * a driver answers from memory, and a benchmark of the caller should not measure a JSON parser.
+ * The format is described in tests/nvmlsim/__init__.py.
  *
  * Compile with -DNVMLSIM_OLD_DRIVER for a driver before r535, which has
  * nvmlDeviceGetCurrentClocksThrottleReasons but not nvmlDeviceGetCurrentClocksEventReasons, and
  * no NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field (its value answers NVML_ERROR_NOT_SUPPORTED).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +53,9 @@ typedef struct {
 
 /* ---- a small JSON reader ----------------------------------------------------------------------
  * The whole file is parsed into a flat array of values; strings point into the file's buffer
- * (still escaped: only copy_str unescapes). Every call parses its own copy, so calls from
- * several threads (and a call sleeping in a simulated hang) share no state. */
+ * (still escaped: only copy_str unescapes). A parsed file is shared, read-only, by the calls
+ * that loaded the same bytes (reference-counted under a mutex), so calls from several threads
+ * (and a call sleeping in a simulated hang) never see a parse change under them. */
 
 enum { J_NULL, J_FALSE, J_TRUE, J_NUM, J_STR, J_ARR, J_OBJ };
 
@@ -62,12 +67,25 @@ typedef struct {
     int child, next;           /* first element/member, next sibling; -1: none */
 } jval;
 
+typedef struct parsed parsed;
+
 typedef struct {
     char *buf;
     jval *v;
     int n, cap, root;
     const char *p, *end;
+    parsed *shared; /* set by doc_load: the parse this doc reads (buf, v and root are its) */
 } doc;
+
+/* One parse of the state file, kept while a call or the cache holds it. */
+struct parsed {
+    doc d;
+    size_t size; /* bytes of the file parsed */
+    int refs;
+};
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static parsed *cache; /* the last parse, or NULL */
 
 static void ws(doc *d) {
     while (d->p < d->end && (*d->p == ' ' || *d->p == '\t' || *d->p == '\n' || *d->p == '\r')) d->p++;
@@ -149,14 +167,26 @@ static int parse_val(doc *d, int depth) {
     return i;
 }
 
-static void doc_free(doc *d) {
-    free(d->buf);
-    free(d->v);
-    d->buf = NULL, d->v = NULL;
+static void parsed_release(parsed *p) { /* under cache_mu */
+    if (p && --p->refs == 0) {
+        free(p->d.buf);
+        free(p->d.v);
+        free(p);
+    }
 }
 
-/* Read and parse $NVMLSIM_STATE. NVML_ERROR_DRIVER_NOT_LOADED when it is not there (a node
- * without the driver), NVML_ERROR_UNKNOWN when it does not parse. */
+static void doc_free(doc *d) {
+    if (d->shared) {
+        pthread_mutex_lock(&cache_mu);
+        parsed_release(d->shared);
+        pthread_mutex_unlock(&cache_mu);
+    }
+    d->shared = NULL, d->buf = NULL, d->v = NULL;
+}
+
+/* Read $NVMLSIM_STATE and give `d` its parse: the cached one when the bytes are those it was
+ * made from, else a new one (which becomes the cache). NVML_ERROR_DRIVER_NOT_LOADED when the
+ * file is not there (a node without the driver), NVML_ERROR_UNKNOWN when it does not parse. */
 static int doc_load(doc *d) {
     memset(d, 0, sizeof *d);
     d->root = -1;
@@ -164,25 +194,49 @@ static int doc_load(doc *d) {
     FILE *f = path && *path ? fopen(path, "rb") : NULL;
     if (!f) return NVML_ERROR_DRIVER_NOT_LOADED;
     size_t cap = 1 << 16, n = 0;
-    d->buf = malloc(cap);
-    while (d->buf) {
-        n += fread(d->buf + n, 1, cap - n - 1, f);
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
         if (n < cap - 1) break;
-        char *b = realloc(d->buf, cap *= 2);
-        if (!b) { free(d->buf); d->buf = NULL; }
-        d->buf = b;
+        char *b = realloc(buf, cap *= 2);
+        if (!b) free(buf);
+        buf = b;
     }
     fclose(f);
-    if (!d->buf) return NVML_ERROR_UNKNOWN;
-    d->buf[n] = 0;
-    d->p = d->buf, d->end = d->buf + n;
-    d->root = parse_val(d, 0);
-    ws(d);
-    if (d->root < 0 || d->p != d->end || d->v[d->root].type != J_OBJ) {
-        fprintf(stderr, "nvmlsim: cannot parse %s (a JSON object expected)\n", path);
-        doc_free(d);
-        return NVML_ERROR_UNKNOWN;
+    if (!buf) return NVML_ERROR_UNKNOWN;
+    buf[n] = 0;
+    parsed *p = NULL;
+    pthread_mutex_lock(&cache_mu);
+    if (cache && cache->size == n && !memcmp(cache->d.buf, buf, n)) {
+        p = cache;
+        p->refs++;
     }
+    pthread_mutex_unlock(&cache_mu);
+    if (p) {
+        free(buf);
+    } else {
+        p = calloc(1, sizeof *p);
+        if (!p) { free(buf); return NVML_ERROR_UNKNOWN; }
+        doc *q = &p->d;
+        q->buf = buf, q->root = -1, q->p = buf, q->end = buf + n;
+        q->root = parse_val(q, 0);
+        ws(q);
+        if (q->root < 0 || q->p != q->end || q->v[q->root].type != J_OBJ) {
+            fprintf(stderr, "nvmlsim: cannot parse %s (a JSON object expected)\n", path);
+            free(q->buf);
+            free(q->v);
+            free(p);
+            return NVML_ERROR_UNKNOWN;
+        }
+        p->size = n;
+        p->refs = 2; /* this call's and the cache's */
+        pthread_mutex_lock(&cache_mu);
+        parsed_release(cache);
+        cache = p;
+        pthread_mutex_unlock(&cache_mu);
+    }
+    *d = p->d;
+    d->shared = p;
     return NVML_SUCCESS;
 }
 
@@ -276,10 +330,25 @@ static void sleep_for(double s) {
 
 static void hang(const doc *d, int node) { sleep_for(num(d, node, "hang_seconds", 0)); }
 
+/* $NVMLSIM_CALL_LOG set: one line "<function> <gpu index>" appended per device call, so that a
+ * test can count the calls a caller makes (one write(2) per line, O_APPEND: lines never mix). */
+static void log_call(const char *fn, nvmlDevice_t dev) {
+    const char *p = getenv("NVMLSIM_CALL_LOG");
+    if (!p || !*p) return;
+    FILE *f = fopen(p, "a");
+    if (!f) return;
+    char line[128];
+    int n = snprintf(line, sizeof line, "%s %ld\n", fn, (long)(intptr_t)dev - 1);
+    setvbuf(f, NULL, _IONBF, 0);
+    fwrite(line, 1, (size_t)n, f);
+    fclose(f);
+}
+
 /* Begin a call on a device: load the state, then apply the GPU's simulated faults in the order
  * the driver would meet them (a hang first, then a lost GPU, then an unsupported query).
  * `feature` and `fn` are the names a state's "not_supported" list may use. */
 static int begin(doc *d, nvmlDevice_t dev, int *gpu, const char *feature, const char *fn) {
+    log_call(fn, dev);
     int rc = doc_load(d);
     if (rc) return rc;
     hang(d, d->root);
@@ -292,9 +361,11 @@ static int begin(doc *d, nvmlDevice_t dev, int *gpu, const char *feature, const 
         /* "hang_in": {"<function or feature>": seconds}: only that call hangs. */
         int hi = get(d, *gpu, "hang_in");
         sleep_for(num(d, hi, fn, 0) > 0 ? num(d, hi, fn, 0) : num(d, hi, feature, 0));
-        int ns = get(d, *gpu, "not_supported");
+        int ns = get(d, *gpu, "not_supported"), cr = get(d, *gpu, "call_returns");
         if (num(d, *gpu, "lost", 0)) rc = NVML_ERROR_GPU_IS_LOST;
         else if (has_str(d, ns, feature) || has_str(d, ns, fn)) rc = NVML_ERROR_NOT_SUPPORTED;
+        else if (get(d, cr, fn) >= 0) rc = (int)num(d, cr, fn, 0);       /* "call_returns": {"<function>": rc} */
+        else if (get(d, cr, feature) >= 0) rc = (int)num(d, cr, feature, 0);
     }
     if (rc) doc_free(d);
     return rc;
@@ -660,19 +731,62 @@ typedef struct {
     nvmlValue_t value;
 } nvmlFieldValue_t;
 
-enum { NVML_VALUE_TYPE_UNSIGNED_INT = 1, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230 };
+enum { NVML_VALUE_TYPE_UNSIGNED_INT = 1, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+       NVML_FI_DEV_NVLINK_GET_STATE = 165, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230 };
+
+/* The counter fields (nvml.h NVML_FI_DEV_*) and the state key of the per-counter call that
+ * answers the same value: 1 with `feature` and `fn` (that call's feature word and name, either
+ * of which in "not_supported" makes the field NOT_SUPPORTED too) and `key` (NULL for an NVLink
+ * link the GPU lacks) for a counter field, 0 for another field. */
+static int counter_field(const doc *d, int g, unsigned id, const char **feature, const char **fn,
+                         const char **key, char *buf, size_t size) {
+#define ECC "nvmlDeviceGetTotalEccErrors"
+#define RETIRED "nvmlDeviceGetRetiredPages"
+#define REMAP "nvmlDeviceGetRemappedRows"
+    static const struct { unsigned id; const char *feature, *fn, *key; } fixed[] = {
+        {3, "ecc", ECC, "ecc.corrected.volatile"}, {4, "ecc", ECC, "ecc.uncorrected.volatile"},
+        {5, "ecc", ECC, "ecc.corrected.aggregate"}, {6, "ecc", ECC, "ecc.uncorrected.aggregate"},
+        {29, "retired_pages", RETIRED, "retired_pages.single_bit_ecc"},
+        {30, "retired_pages", RETIRED, "retired_pages.double_bit_ecc"},
+        {31, "retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages.pending"},
+        {94, "pcie_replay", "nvmlDeviceGetPcieReplayCounter", "pcie.replays"},
+        {142, "remapped_rows", REMAP, "remapped_rows.correctable"}, {143, "remapped_rows", REMAP, "remapped_rows.uncorrectable"},
+        {144, "remapped_rows", REMAP, "remapped_rows.pending"}, {145, "remapped_rows", REMAP, "remapped_rows.failure"},
+    };
+    for (unsigned k = 0; k < sizeof fixed / sizeof *fixed; k++)
+        if (fixed[k].id == id) { *feature = fixed[k].feature, *fn = fixed[k].fn, *key = fixed[k].key; return 1; }
+#undef ECC
+#undef RETIRED
+#undef REMAP
+    /* NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_L0..L5 (32-58, 7 ids
+     * each, the 7th a total) and _L6..L11 (96-119, 6 ids each). */
+    static const char *names[] = {"crc_flit", "crc_data", "replay", "recovery"};
+    int counter = -1, link = -1;
+    if (id >= 32 && id <= 58 && (id - 32) % 7 < 6) counter = (int)(id - 32) / 7, link = (int)(id - 32) % 7;
+    else if (id >= 96 && id <= 119) counter = (int)(id - 96) / 6, link = 6 + (int)(id - 96) % 6;
+    if (counter < 0) return 0;
+    *feature = "nvlink_errors", *fn = "nvmlDeviceGetNvLinkErrorCounter";
+    if (link >= (int)num(d, g, "nvlink_links", 18)) { *key = NULL; return 1; }
+    snprintf(buf, size, "nvlink_errors.%d.%s", link, names[counter]);
+    *key = buf;
+    return 1;
+}
 
 /* The call answers NVML_SUCCESS when the request is well formed; each value carries its own
  * nvmlReturn (NVML API Reference, Field Value Queries). Implemented: field 230, the GPU
  * recovery action, from the state's "recovery_action" (nvmlDeviceGpuRecoveryAction_t); no such
- * key: NVML_ERROR_NOT_SUPPORTED, a driver or GPU without the field. "field_returns":
- * {"<fieldId>": nvmlReturn} forces a value's status; other field ids answer NOT_SUPPORTED. */
+ * key: NVML_ERROR_NOT_SUPPORTED, a driver or GPU without the field. The counter fields of
+ * counter_field(), with the value and the "not_supported" words of their per-counter calls;
+ * NVML_FI_DEV_NVLINK_GET_STATE of the link in scopeId (1 active, 0 inactive), as
+ * nvmlDeviceGetNvLinkState answers it.
+ * "field_returns": {"<fieldId>": nvmlReturn} forces a value's status; other field ids answer
+ * NOT_SUPPORTED. */
 int nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values) {
     BEGIN(device, "field_values");
     if (!values || valuesCount < 0) END(NVML_ERROR_INVALID_ARGUMENT);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    int forced = get(&d, g, "field_returns");
+    int forced = get(&d, g, "field_returns"), ns = get(&d, g, "not_supported");
     for (int k = 0; k < valuesCount; k++) {
         nvmlFieldValue_t *v = &values[k];
         char key[16];
@@ -690,6 +804,26 @@ int nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValu
             v->nvmlReturn = NVML_SUCCESS;
         }
 #endif
+        if (v->fieldId == NVML_FI_DEV_NVLINK_GET_STATE) { /* scopeId: the link (nvmlDeviceGetNvLinkState's) */
+            if (has_str(&d, ns, "nvlink") || has_str(&d, ns, "nvmlDeviceGetNvLinkState")) continue;
+            if (v->scopeId >= (unsigned)num(&d, g, "nvlink_links", 18)) continue;
+            int down = path(&d, g, "nvlink_down");
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            v->value.uiVal = 1; /* NVML_NVLINK_STATE_ACTIVE */
+            for (int i = item(&d, down, 0); i >= 0; i = d.v[i].next)
+                if (d.v[i].type == J_NUM && d.v[i].num == v->scopeId) v->value.uiVal = 0;
+            v->nvmlReturn = NVML_SUCCESS;
+            continue;
+        }
+        const char *feature, *cfn, *ckey;
+        char buf[64];
+        if (counter_field(&d, g, v->fieldId, &feature, &cfn, &ckey, buf, sizeof buf)) {
+            if (has_str(&d, ns, feature) || has_str(&d, ns, cfn)) continue; /* NOT_SUPPORTED, as its call */
+            if (!ckey) continue;                    /* a link the GPU does not have */
+            v->valueType = NVML_VALUE_TYPE_UNSIGNED_LONG_LONG;
+            v->value.ullVal = (unsigned long long)num(&d, g, ckey, 0);
+            v->nvmlReturn = NVML_SUCCESS;
+        }
     }
     END(NVML_SUCCESS);
 }

@@ -304,6 +304,33 @@ def test_node_dashboard_shows_every_new_series_and_the_sysfs_aer_beside_the_log(
     assert '"severity", "non_fatal", "severity", "nonfatal"' in sysfs
 
 
+AER_TOTALS, AER_BITS = "nodewarden_pcie_aer_errors_total", "nodewarden_pcie_aer_bit_errors_total"
+
+
+def test_sysfs_aer_panels_use_the_bits_by_error_and_the_totals_otherwise():
+    """The agent's sysfs AER series: totals per function and severity (no ``error`` label) and
+    one series per error bit that has counted. A panel that breaks down by ``error`` reads the
+    bits; one by severity or device reads the totals; none reads both (that counts twice)."""
+    uses = {}
+    for name in ("nodewarden-node.json", "nodewarden-fleet.json"):
+        for title, expr in grafana.panel_queries(DOCS[name]):
+            names = {n for n, _ in metric_names(expr)} & {AER_TOTALS, AER_BITS}
+            if names:
+                assert len(names) == 1, (title, names)
+                (family,) = names
+                by_error = bool(re.search(r"\bby \([^)]*\berror\b", expr))
+                assert by_error == (family == AER_BITS), (title, expr)
+                uses[(name, title)] = family
+    assert uses == {
+        ("nodewarden-node.json", "PCIe AER errors per device"): AER_BITS,
+        ("nodewarden-node.json", "PCIe AER per device: kernel log and sysfs (selected range)"): AER_TOTALS,
+        ("nodewarden-fleet.json", "PCIe AER errors by severity"): AER_TOTALS,
+    }
+    # the bits are born at their first count: the panel counts a series born in the window
+    (expr,) = [e for t, e in grafana.panel_queries(DOCS["nodewarden-node.json"]) if t == "PCIe AER errors per device"]
+    assert f"{AER_BITS}{{" in expr and " unless last_over_time(" in expr
+
+
 def test_fleet_dashboard_lists_nodes_with_fatal_sxid_aer_or_reset_and_links_them():
     (table,) = [p for p in grafana.panels(DOCS["nodewarden-fleet.json"])
                 if p["title"].startswith("Nodes with fatal SXids, uncorrected AER or GPUs needing a reset")]

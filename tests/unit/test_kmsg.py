@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,28 @@ def test_kmsg_events_carry_seq_boot_id_and_the_wall_time_of_the_stamp() -> None:
     assert e.attrs["seq"] == 42 and e.attrs["boot_id"] == "b-1" and e.host == "node01"
     assert e.monotonic == pytest.approx(20400.595809)
     assert e.time == boot + dt.timedelta(microseconds=20400595809)
+
+
+def test_wait_without_a_timeout_is_woken_by_the_wake_fd_and_drains_it(tmp_path: Path) -> None:
+    """An idle reader blocks without a timeout (no periodic wake-up) and a byte on the wake pipe
+    (what ``signal.set_wakeup_fd`` writes when SIGTERM arrives) ends the wait: not a record."""
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    writer_keepalive = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # a FIFO with a writer: no EOF
+    reader = kmsg.KmsgReader(str(fifo), str(tmp_path / "boot_id"))
+    reader.open()
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    try:
+        threading.Timer(0.2, os.write, (w, b"\x0f\x0f")).start()
+        t0 = time.monotonic()
+        assert reader.wait(None, r) is False
+        assert 0.15 < time.monotonic() - t0 < 30
+        assert reader.wait(0, r) is False  # drained: not readable again
+        os.write(writer_keepalive, b"6,1,100,-;a record\n")
+        assert reader.wait(None, r) is True
+        assert reader.wait(0.01) is True  # without a wake fd, as before
+    finally:
+        reader.close()
+        for fd in (r, w, writer_keepalive):
+            os.close(fd)

@@ -151,9 +151,12 @@ def test_a_hanging_collector_is_abandoned_and_the_scrape_answers_at_once(served)
         assert s[k("nodewarden_test_steady")] == 1
         h = poller.health()["slow"]
         assert h["success"] is False and "did not return within 0.3s" in h["error"]
+        runners = {t for t in threading.enumerate() if t.name == "collectors"}  # other tests' may linger
+        assert poller._runner is not None and poller._runner._thread in runners
         time.sleep(0.5)  # several more polls while it hangs: no new call, no new thread
         assert slow.calls == 2
-        assert sum(t.name == "collector-slow" for t in threading.enumerate()) == 1
+        # the runner blocked in the hung call, and the one calling the others: no thread per poll
+        assert {t for t in threading.enumerate() if t.name == "collectors"} <= runners
         steady_polls = counters.get(ex.LAST_SUCCESS, ("steady",))
         wait_for("the steady collector to go on", lambda: counters.get(ex.LAST_SUCCESS, ("steady",)) > steady_polls)
 
@@ -613,3 +616,96 @@ def test_collectors_are_built_in_registry_order_from_the_enabled_list() -> None:
 def test_an_unknown_collector_name_is_refused() -> None:
     with pytest.raises(KeyError, match="dcgm"):
         pl.build_collectors(["edac", "dcgm"], FIXTURE, "node01")
+
+
+# ---------------------------------------------------------------------------------------------
+# one collector at a time
+
+class Timed:
+    """Records when each of its calls ran (monotonic start, end), busy for ``seconds``."""
+
+    def __init__(self, name: str, spans: list[tuple[str, float, float]], seconds: float = 0.05) -> None:
+        self.name = name
+        self.spans = spans
+        self.seconds = seconds
+
+    def collect(self) -> Snapshot:
+        t0 = time.monotonic()
+        end = t0 + self.seconds
+        while time.monotonic() < end:  # busy, as a collector reading files is
+            pass
+        self.spans.append((self.name, t0, time.monotonic()))
+        return Snapshot()
+
+
+def test_collectors_are_called_one_after_another_in_registry_order() -> None:
+    spans: list[tuple[str, float, float]] = []
+    p = Poller([Timed("a", spans), Timed("b", spans), Timed("c", spans)], Counters(), interval=10, timeout=2)
+    p.poll()
+    assert [n for n, _, _ in spans] == ["a", "b", "c"]
+    assert all(spans[i][2] <= spans[i + 1][1] for i in range(len(spans) - 1)), spans  # no overlap
+    p.stop()
+
+
+def test_a_newly_hung_collector_delays_the_next_by_its_timeout_once_then_is_skipped() -> None:
+    spans: list[tuple[str, float, float]] = []
+    slow = Slow(hang_from=1)
+    counters = Counters()
+    p = Poller([slow, Timed("after", spans)], counters, interval=10, timeout=2.0)
+    t0 = time.monotonic()
+    p.poll()
+    assert [n for n, _, _ in spans] == ["after"] and spans[0][1] - t0 >= 2.0  # called, after the timeout
+    assert counters.get(ex.SUCCESS, ("slow",)) == 0.0 and counters.get(ex.SUCCESS, ("after",)) == 1.0
+    t1 = time.monotonic()
+    p.poll()  # the hung call is still running: not called again, and nothing waits for it
+    assert slow.calls == 1 and len(spans) == 2 and spans[1][1] - t1 < 2.0  # not the hung call's timeout again
+    slow.release.set()
+    p.stop()
+
+
+def test_a_runner_is_abandoned_only_while_the_call_runs() -> None:
+    """The hand-off after a timeout is atomic with the runner's move to its next call: a call
+    that returned just before is not marked hung, and no worker after it is called twice."""
+    runner = pl.Runner("test-runner")
+    release = threading.Event()
+
+    class Blocking:
+        name = "blocking"
+
+        def collect(self) -> Snapshot:
+            release.wait(10)
+            return Snapshot()
+
+    spans: list[tuple[str, float, float]] = []
+    done: list[str] = []
+    a = pl.Worker(Blocking(), "blocking", False, lambda w, *_: done.append(w.name))
+    b = pl.Worker(Timed("after", spans), "after", False, lambda w, *_: done.append(w.name))
+    assert a.begin() and b.begin()
+    runner.go([a, b])
+    wait_for("the first call to run", lambda: runner.current is a)
+    assert not runner.abandon_if_in(b)  # not the running call
+    release.set()
+    runner.finished.wait(5)
+    assert done == ["blocking", "after"] and not runner.abandon_if_in(a)  # returned: never hung
+    assert len(spans) == 1
+    runner.quit([a, b])
+    runner.join(5)
+    assert not runner._thread.is_alive()
+
+
+def test_stopping_gives_back_the_calls_a_runner_will_not_make() -> None:
+    closed: list[str] = []
+
+    class Closing(Timed):
+        def close(self) -> None:
+            closed.append(self.name)
+
+    spans: list[tuple[str, float, float]] = []
+    p = Poller([Closing("a", spans, seconds=0.3), Closing("b", spans)], Counters(), interval=10, timeout=2)
+    stopper = threading.Timer(0.1, p.stop)  # while a's call runs
+    stopper.start()
+    p.poll(p._stop)
+    stopper.join()
+    p._runner.join(3) if p._runner is not None else None
+    assert [n for n, _, _ in spans] == ["a"] and sorted(closed) == ["a", "b"]
+    assert not any(w.busy for w in p.workers)

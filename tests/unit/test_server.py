@@ -6,6 +6,7 @@ bad web config stopping the agent at start (exit 2, the file and the key named).
 from __future__ import annotations
 
 import base64
+import gzip
 import http.client
 import logging
 import re
@@ -22,8 +23,10 @@ import bcrypt
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
+from nodewarden.agent import exporter as ex
 from nodewarden.agent import webconfig as wc
 from nodewarden.agent.server import (FD_RESERVE, MIN_CONNECTIONS, AgentHTTPServer, FdLimitError, ServerSettings,
                                      connection_cap)
@@ -47,7 +50,7 @@ def registry(delay: float = 0.0) -> CollectorRegistry:
 
 
 class Running:
-    def __init__(self, reg: CollectorRegistry | None = None, health: Callable[[], dict[str, Any]] | None = None,
+    def __init__(self, reg: CollectorRegistry | Callable[[], bytes] | None = None, health: Callable[[], dict[str, Any]] | None = None,
                  web: wc.WebConfig | None = None, **settings: Any) -> None:
         self.server = AgentHTTPServer(("127.0.0.1", 0), reg or registry(), health or (lambda: {"ok": True}),
                                       settings=ServerSettings(**settings), web=web)
@@ -104,7 +107,9 @@ def test_get_head_keepalive_and_errors(serve) -> None:
     g = c.getresponse()
     body = g.read()
     assert g.status == 200 and b"nodewarden_test_value 42.0" in body
-    assert g.getheader("Content-Type") == CONTENT_TYPE_LATEST
+    # no Accept: the text format, with the content type prometheus_client gives it (0.0.4)
+    assert g.getheader("Content-Type") == choose_encoder("")[1] == "text/plain; version=0.0.4; charset=utf-8"
+    assert g.getheader("Content-Encoding") is None and g.getheader("Vary") == "Accept, Accept-Encoding"
     c.request("HEAD", "/metrics")  # the same connection, kept alive
     h = c.getresponse()
     assert h.status == 200 and h.read() == b""
@@ -125,6 +130,70 @@ def test_get_head_keepalive_and_errors(serve) -> None:
     head, _, rest = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK") and rest == b""
     assert f"Content-Length: {len(body)}".encode() in head
+
+
+PROM2_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")  # what Prometheus 2.x sends
+
+
+def get_metrics(c: http.client.HTTPConnection, method: str = "GET", **headers: str) -> tuple[http.client.HTTPResponse, bytes]:
+    c.request(method, "/metrics", headers=headers)
+    r = c.getresponse()
+    return r, r.read()
+
+
+def test_openmetrics_and_gzip_negotiated_from_kept_bytes(serve) -> None:
+    """The agent's Exposition behind the server (given as the daemon gives it, its bound
+    ``render``): each format as prometheus_client writes it, with its headers; a scrape of an
+    unchanged state formats nothing; a change is served at the next scrape."""
+    c = ex.Counters()
+    c.add(ex.XID, ("0", "0000:18:00.0", "48", "memory"), 2)
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot))
+    reg = ex.make_registry(c.snapshot)
+    r = serve(expo.render)
+    conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=3)
+    om, om_body = get_metrics(conn, Accept=PROM2_ACCEPT, **{"Accept-Encoding": "gzip"})
+    assert om.status == 200 and om.getheader("Content-Encoding") == "gzip"
+    assert om.getheader("Content-Type") == "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=underscores"
+    assert om.getheader("Vary") == "Accept, Accept-Encoding" and om.getheader("Content-Length") == str(len(om_body))
+    assert gzip.decompress(om_body) == openmetrics_latest(reg)
+    assert b'nodewarden_gpu_xid_errors_total{category="memory",gpu="0",pci_bus_id="0000:18:00.0",xid="48"} 2.0\n' \
+        in gzip.decompress(om_body) and gzip.decompress(om_body).endswith(b"# EOF\n")
+    txt, txt_body = get_metrics(conn, **{"Accept-Encoding": "gzip"})
+    assert txt.getheader("Content-Type") == "text/plain; version=0.0.4; charset=utf-8"
+    assert txt.getheader("Content-Encoding") == "gzip" and gzip.decompress(txt_body) == generate_latest(reg)
+    plain, plain_body = get_metrics(conn, Accept="application/openmetrics-text; version=1.0.0")
+    assert plain.getheader("Content-Encoding") is None and plain_body == openmetrics_latest(reg)
+    head, nothing = get_metrics(conn, "HEAD", Accept=PROM2_ACCEPT, **{"Accept-Encoding": "gzip"})
+    assert nothing == b"" and head.getheader("Content-Length") == str(len(om_body))
+    assert head.getheader("Content-Encoding") == "gzip"
+    rendered, compressed = expo.families_rendered, expo.bodies_compressed
+    for _ in range(3):  # unchanged: the same bytes, nothing formatted or compressed
+        assert get_metrics(conn, Accept=PROM2_ACCEPT, **{"Accept-Encoding": "gzip"})[1] == om_body
+        assert get_metrics(conn)[1] == generate_latest(reg)
+    assert (expo.families_rendered, expo.bodies_compressed) == (rendered, compressed)
+    c.add(ex.OVERRUNS)
+    again = get_metrics(conn, Accept=PROM2_ACCEPT, **{"Accept-Encoding": "gzip"})[1]
+    assert gzip.decompress(again) == openmetrics_latest(reg) and b"nodewarden_collector_kmsg_overruns_total 1.0\n" \
+        in gzip.decompress(again)
+    assert (expo.families_rendered, expo.bodies_compressed) == (rendered + 1, compressed + 1)
+    conn.close()
+
+
+def test_a_registry_is_negotiated_too_and_a_bare_function_is_text(serve) -> None:
+    r = serve()  # a registry: rendered at each scrape, as prometheus_client's handler does
+    conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=3)
+    g, body = get_metrics(conn, Accept=PROM2_ACCEPT, **{"Accept-Encoding": "gzip"})
+    assert g.getheader("Content-Encoding") == "gzip"
+    assert gzip.decompress(body) == b"# HELP nodewarden_test_value a test gauge\n# TYPE nodewarden_test_value gauge\n" \
+        b"nodewarden_test_value 42.0\n# EOF\n"
+    conn.close()
+    f = serve(lambda: b"nodewarden_test_fixed 1.0\n")
+    conn = http.client.HTTPConnection("127.0.0.1", f.port, timeout=3)
+    g, body = get_metrics(conn, Accept=PROM2_ACCEPT, **{"Accept-Encoding": "gzip"})
+    assert body == b"nodewarden_test_fixed 1.0\n" and g.getheader("Content-Encoding") is None
+    assert g.getheader("Content-Type") == CONTENT_TYPE_LATEST
+    conn.close()
 
 
 def test_a_bad_request_gets_400_and_one_line(serve, caplog) -> None:
@@ -470,3 +539,25 @@ def test_listening_beyond_loopback_without_tls_and_auth_is_warned(host: str, tls
     assert (warning is not None) == exposed
     if exposed:
         assert "without" in warning and "web_config_file" in warning
+
+
+def test_http_date_is_the_imf_fixdate_email_utils_gives() -> None:
+    import email.utils
+
+    from nodewarden.agent.server import http_date
+    assert http_date(784111777) == "Sun, 06 Nov 1994 08:49:37 GMT"  # RFC 9110's example
+    for t in (0.0, 951782400.0, 1709164800.5, 4102444799.0, 1795000000.0):  # 1970, leap days, 2099
+        assert http_date(t) == email.utils.formatdate(t, usegmt=True)
+
+
+def test_an_accept_header_sent_twice_is_read_as_one_list(serve) -> None:
+    """RFC 9110 5.3: a field sent in several lines is their comma-joined list; the OpenMetrics
+    choice in the second ``Accept`` line counts."""
+    c = ex.Counters()
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot))
+    r = serve(expo)
+    got = raw(r.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/html\r\n"
+                      b"Accept: application/openmetrics-text; version=1.0.0\r\nConnection: close\r\n\r\n")
+    head = got.split(b"\r\n\r\n", 1)[0].lower()
+    assert b"content-type: application/openmetrics-text; version=1.0.0" in head
+    assert got.endswith(b"# EOF\n")

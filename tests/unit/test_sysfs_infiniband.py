@@ -6,12 +6,13 @@ tests/fixtures/sysfs (see PROVENANCE.md there) against the records it must give.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import pytest
 
 from nodewarden.sysfs import infiniband as ib
-from nodewarden.sysfs.attrs import AttrReader, parse_code_name, parse_counter
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs, parse_code_name, parse_counter
 from sysfs_trees import FIXTURES, copy_tree, put
 
 # ---- value forms: kernel ABI strings -----------------------------------------------------------
@@ -219,3 +220,31 @@ def test_records_are_frozen() -> None:
     p = ib.read_ports(FIXTURES / "cx3-fdr")[0]
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.state = 4  # type: ignore[misc]
+
+
+# ---- static attributes read once (StaticAttrs) ----------------------------------------------------
+
+@pytest.mark.parametrize("tree", sorted(p.name for p in FIXTURES.iterdir() if (p / "class" / "infiniband").is_dir()))
+def test_static_reads_give_the_same_devices_poll_after_poll(tree, tmp_path) -> None:
+    root = copy_tree(tree, tmp_path)
+    static = StaticAttrs()
+    plain = ib.read_devices(root)
+    assert plain and ib.read_devices(root, static=static) == plain == ib.read_devices(root, static=static)
+    dev, port = plain[0].name, plain[0].ports[0].port
+    rel = f"class/infiniband/{dev}/ports/{port}"
+    put(root, f"{rel}/counters/link_downed", 9)      # counters and state: read at every poll
+    put(root, f"{rel}/state", "1: DOWN")
+    put(root, f"{rel}/counters/new_counter", 4)      # a counters/ listing that changed is listed again
+    p = ib.read_devices(root, static=static)[0].ports[0]
+    assert p.counters["link_downed"] == 9 and p.state == 1 and p.counters["new_counter"] == 4
+
+
+def test_static_reads_forget_a_removed_port(tmp_path) -> None:
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    static = StaticAttrs()
+    ib.read_devices(root, static=static)
+    n = len(static)
+    dev = sorted((root / "class" / "infiniband").iterdir())[0]
+    shutil.rmtree(dev.resolve())
+    got = ib.read_devices(root, static=static)
+    assert dev.name not in {d.name for d in got} and len(static) < n

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nodewarden.sysfs import net
-from nodewarden.sysfs.attrs import AttrReader
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs
 from sysfs_trees import FIXTURES, copy_tree, put
 
 
@@ -120,3 +120,36 @@ def test_bad_files_and_absent_root(tmp_path: Path) -> None:
             by["enp193s0f0np0"].carrier_down_count) == (7, 4, 3)
     assert by["eno1"].carrier_changes is None and by["enp193s0f1np1"].speed_mbit is None
     assert reader.unreadable == 1  # the garbage counter only
+
+
+# ---- static attributes read once (StaticAttrs) ----------------------------------------------------
+
+@pytest.mark.parametrize("tree", sorted(p.name for p in FIXTURES.iterdir() if (p / "class" / "net").is_dir()))
+def test_static_reads_give_the_same_netdevs_poll_after_poll(tree, tmp_path) -> None:
+    root = copy_tree(tree, tmp_path)
+    static = StaticAttrs()
+    plain = net.read_netdevs(root)
+    assert plain and net.read_netdevs(root, static=static) == plain == net.read_netdevs(root, static=static)
+    name = plain[0].name
+    put(root, f"class/net/{name}/operstate", "down")  # dynamic: read at every poll
+    put(root, f"class/net/{name}/carrier_changes", 41)
+    again = {d.name: d for d in net.read_netdevs(root, static=static)}
+    assert again[name].operstate == "down" and again[name].carrier_changes == 41
+
+
+def test_static_reads_read_a_replaced_interface_again(tmp_path) -> None:
+    """An interface removed and created again (a VF, a bond) is a new directory: its kind is read anew."""
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    static = StaticAttrs()
+    before = {d.name: d for d in net.read_netdevs(root, static=static)}
+    name = next(n for n, d in before.items() if d.device and not d.bridge)
+    link = root / "class" / "net" / name
+    target = link.resolve()
+    os.rename(target, target.with_name(target.name + ".gone"))
+    target.mkdir()
+    for f in ("operstate", "carrier", "type"):
+        put(target, f, {"operstate": "up", "carrier": 1, "type": 1}[f])
+    (target / "bridge").mkdir()  # now a bridge without a device link
+    after = {d.name: d for d in net.read_netdevs(root, static=static)}
+    assert before[name].device and not after[name].device and after[name].bridge
+    assert not net.is_physical(after[name])

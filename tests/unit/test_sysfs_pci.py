@@ -5,12 +5,13 @@ PROVENANCE.md there) against the records it must give."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from nodewarden.sysfs import pci
-from nodewarden.sysfs.attrs import AttrReader
+from nodewarden.sysfs.attrs import AttrReader, StaticAttrs
 from sysfs_trees import FIXTURES, add_mlx5_vf, break_aer_files, copy_tree, put
 
 # ---- value forms ---------------------------------------------------------------------------------
@@ -174,3 +175,62 @@ def test_vfs_bad_aer_files_and_absent_root(tmp_path: Path) -> None:
     assert sorted(by["0000:ba:00.0"].aer) == ["correctable", "fatal"]
     assert by["0000:ba:00.0"].aer["fatal"].bad_lines == 1 and by["0000:ba:00.0"].aer["fatal"].counts == {"DLP": 0}
     assert reader.unreadable == 2
+
+
+# ---- static attributes read once (StaticAttrs) ----------------------------------------------------
+
+@pytest.mark.parametrize("tree", ["h100-hgx-ndr", "h100-hgx-ndr-aer", "cx3-fdr"])
+def test_static_reads_give_the_same_records_poll_after_poll(tree, tmp_path) -> None:
+    if not (FIXTURES / tree).is_dir():
+        pytest.fail(f"fixture {tree} missing")
+    root = copy_tree(tree, tmp_path)
+    static = StaticAttrs()
+    plain = pci.read_functions(root)
+    assert plain and pci.read_functions(root, static=static) == plain
+    assert pci.read_functions(root, static=static) == plain
+    # a current link that changes and AER counts that rise are read at every poll
+    gpu = next((f for f in plain if pci.is_gpu(f)), plain[0])
+    put(root, f"bus/pci/devices/{gpu.bdf}/current_link_width", 8)
+    put(root, f"bus/pci/devices/{gpu.bdf}/max_link_width", 4)  # static: kept (it cannot change while the device exists)
+    again = {f.bdf: f for f in pci.read_functions(root, static=static)}
+    assert again[gpu.bdf].link.lanes == 8 and again[gpu.bdf].link.max_lanes == gpu.link.max_lanes
+
+
+def test_static_reads_read_a_replaced_function_again(tmp_path) -> None:
+    """A function removed and added again is a new sysfs directory (a new inode): read anew."""
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    static = StaticAttrs()
+    before = {f.bdf: f for f in pci.read_functions(root, static=static)}
+    bdf = next(b for b, f in before.items() if pci.is_gpu(f))
+    d = root / "bus" / "pci" / "devices" / bdf
+    target = d.resolve()
+    moved = target.with_name(target.name + ".old")
+    shutil.copytree(target, moved, symlinks=True)
+    shutil.rmtree(target)
+    moved.rename(target)  # same path, another directory
+    put(target, "device", "0x2335")
+    put(target, "max_link_width", 8)
+    after = {f.bdf: f for f in pci.read_functions(root, static=static)}
+    assert after[bdf].device == "0x2335" and after[bdf].link.max_lanes == 8
+    assert before[bdf].device != "0x2335"
+
+
+def test_static_reads_count_an_unreadable_vendor_at_every_poll_and_forget_gone_functions(tmp_path) -> None:
+    root = copy_tree("h100-hgx-ndr", tmp_path)
+    static = StaticAttrs()
+    devices = root / "bus" / "pci" / "devices"
+    bdf = sorted(p.name for p in devices.iterdir())[0]
+    vendor = devices / bdf / "vendor"
+    vendor.unlink()
+    vendor.mkdir()  # not a regular file: unreadable
+    counts = []
+    for _ in range(2):
+        r = AttrReader()
+        pci.read_functions(root, r, static=static)
+        counts.append(r.unreadable)
+    assert counts[0] == counts[1] >= 1
+    n = len(static)
+    gone = next(p for p in sorted(devices.iterdir()) if p.name != bdf)
+    gone.unlink() if gone.is_symlink() else shutil.rmtree(gone)
+    pci.read_functions(root, static=static)
+    assert len(static) < n

@@ -8,7 +8,7 @@ from grafana_foundation_sdk.builders import statetimeline, table, timeseries
 
 from .. import promql
 from ..config import Config
-from ..rules import AER_LOGGED, PRECURSOR, RECOVERY_ACTION, RESET_EVENTS, SXID
+from ..rules import AER_LOGGED, AER_SYSFS, PRECURSOR, RECOVERY_ACTION, RESET_EVENTS, SXID
 from . import common
 from .common import by, s, target
 from .common import panel as P
@@ -165,10 +165,10 @@ def device_panels(cfg: Config) -> list:
           "GPU slows collective operations and precedes Xid 74: reset the GPU, then replace it or the "
           "baseboard if it persists."),
         P(timeseries.Panel, "PCIe AER errors by severity", unit="short", targets=[
-            target(f"sum by ({by(cfg, 'severity')}) ({_iwf(cfg, s(cfg, 'nodewarden_pcie_aer_errors_total'))}) > 0",
-                   "{{node}} {{severity}}")],
+            target(f"sum by ({by(cfg, 'severity')}) ({_iwf(cfg, s(cfg, AER_SYSFS))}) > 0", "{{node}} {{severity}}")],
           description=PER_WINDOW + "PCIe Advanced Error Reporting errors per node by severity (correctable, "
-          "nonfatal, fatal). Correctable ones in bursts point at a marginal link; fatal ones at a device or slot "
+          "nonfatal, fatal), from the sysfs `aer_dev_*` totals of each function (the sum of its error bits). "
+          "Correctable ones in bursts point at a marginal link; fatal ones at a device or slot "
           "that needs service. The node dashboard shows the device."),
         P(timeseries.Panel, "Downtrained PCIe links", unit="short", targets=[
             target(f"count by ({by(cfg)}) ({below_max('nodewarden_pcie_link_width')})", "width {{node}}"),

@@ -8,8 +8,8 @@ from grafana_foundation_sdk.builders import stat, statetimeline, table, timeseri
 
 from .. import promql
 from ..config import Config
-from ..rules import (AER_LOGGED, AER_RECOVERY, AER_SYSFS, PRECURSOR, RECOVERY_ACTION, RECOVERY_ACTIONS, RESET_EVENTS,
-                     SXID)
+from ..rules import (AER_BITS, AER_LOGGED, AER_RECOVERY, AER_SYSFS, PRECURSOR, RECOVERY_ACTION, RECOVERY_ACTIONS,
+                     RESET_EVENTS, SXID)
 from . import common
 from .common import XID, by, s, target
 from .common import panel as P
@@ -163,10 +163,10 @@ def pcie_panels(cfg: Config) -> list:
           "(0 = link down) or the current generation. Generation only for non-NVIDIA devices: NVIDIA GPUs drop "
           "their generation when idle, which is not a fault. Reseat the device or riser named by the address."),
         P(timeseries.Panel, "PCIe AER errors per device", unit="short", targets=[
-            target(f"sum by ({by(cfg, 'pci_bus_id', 'severity', 'error')}) "
-                   f"({_iwf(cfg, s(cfg, 'nodewarden_pcie_aer_errors_total'))}) > 0",
+            target(f"sum by ({by(cfg, 'pci_bus_id', 'severity', 'error')}) ({_iwf(cfg, s(cfg, AER_BITS))}) > 0",
                    "{{pci_bus_id}} {{severity}} {{error}}")],
-          description=PER_WINDOW + "PCIe Advanced Error Reporting errors per function, severity and error bit. "
+          description=PER_WINDOW + "PCIe Advanced Error Reporting errors per function, severity and error bit "
+          "(the sysfs `aer_dev_*` counters; a bit's series starts at its first error, which counts). "
           "`lspci -s <address>` names the device. Fatal or non-fatal errors: service the device or slot; "
           "correctable bursts: a marginal link."),
         P(timeseries.Panel, "PCIe AER errors per device (kernel log)", unit="short", targets=[
@@ -192,8 +192,8 @@ def pcie_panels(cfg: Config) -> list:
           .with_transformation(common.model.DataTransformerConfig(id_val="organize", options={
               "renameByName": {"Value #A": "kernel log records", "Value #B": "sysfs error bits"}})),
           description="Each PCI function with AER errors in the time range, by severity (corrected, non_fatal, "
-          "fatal): the kernel log's records beside the sysfs `aer_dev_*` counters (one count per error bit, "
-          "so one record with two bits counts two). Only sysfs: the kernel rate-limited or lost the lines; "
+          "fatal): the kernel log's records beside the sysfs `aer_dev_*` totals (the sum of the error bits' "
+          "counts, so one record with two bits counts two). Only sysfs: the kernel rate-limited or lost the lines; "
           "only the log: a device without AER statistics. `lspci -vvv -s <address>` names the device."),
     ]
 

@@ -1,0 +1,207 @@
+"""The /metrics bodies of :class:`nodewarden.agent.exporter.Exposition` in every format a scraper
+can ask for (text, OpenMetrics, each gzipped): byte for byte what prometheus_client itself gives
+for the same state (``generate_latest`` and ``openmetrics.exposition.generate_latest`` of
+``make_registry``, the format ``choose_encoder`` picks for the ``Accept`` header), with its
+Content-Type; each kept between changes (an unchanged state formats and compresses nothing: the
+same bytes object comes back, counted by wrapping prometheus_client's own encoders and
+``gzip.compress``), and a change formatting only the family that changed, in each format when
+that format is next asked for.
+
+The state is real: the polled collectors (InfiniBand, EDAC, PCIe, netclass) on the captured
+``h100-hgx-ndr`` sysfs tree, and the agent's counters with label values and help text that need
+escaping (quotes, backslashes, newlines, non-ASCII)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from prometheus_client import exposition as pe
+from prometheus_client.openmetrics import exposition as om
+
+from nodewarden import collectors as registry
+from nodewarden.agent import exporter as ex
+from nodewarden.agent.exporter import Counters, make_registry
+from nodewarden.collectors.base import GAUGE, Sample
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests" / "fixtures" / "sysfs" / "h100-hgx-ndr"
+
+# Accept headers scrapers send: Prometheus 2.x's default (OpenMetrics first), Prometheus 3's
+# text 1.0.0 with UTF-8 names allowed, the old text format, none at all.
+PROM2 = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+         "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROM3_TEXT = "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5,*/*;q=0.1"
+OLD_TEXT = "text/plain;version=0.0.4"
+OM_CT = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+ACCEPTS = (PROM2, PROM3_TEXT, OLD_TEXT, "application/openmetrics-text", None)
+
+
+def fixture_samples() -> list[ex.PolledSample]:
+    """The polled collectors' samples of one collection on the h100-hgx-ndr tree."""
+    out: list[ex.PolledSample] = []
+    for entry in registry.REGISTRY:
+        if entry.build is None or entry.name not in ("infiniband", "edac", "pcie", "netclass"):
+            continue
+        snap = entry.build(FIXTURE, "test-node").collect()
+        out += [(entry.name, s) for s in snap.samples]
+    return out
+
+
+@pytest.fixture
+def state() -> tuple[Counters, list[ex.PolledSample]]:
+    c = Counters()
+    c.add(ex.XID, ("0", "0000:18:00.0", "48", "memory"), 3)
+    c.add(ex.XID, ("", "0000:9a:00.0", "79", "gpu_lost"))
+    c.add(ex.EDAC_LOGGED, ("mc0", 'DIMM "A1" \\ slot\nB', "corrected"), 2)  # needs escaping in every format
+    c.set(ex.SUCCESS, ("nvml",), 1)
+    c.replace(ex.VAL_VALUE, {("gemm", "tflops", "FLOP/s", "0"): 4.1e14})
+    polled = fixture_samples()
+    assert len(polled) > 100  # the fixture's ports, devices and links
+    polled.append(("infiniband", Sample("nodewarden_test_help_escapes", (("where", "é—ü"),), 1.5, GAUGE,
+                                        'help with a \\ backslash\nand a newline')))
+    return c, polled
+
+
+class Calls:
+    """prometheus_client's encoders and gzip.compress, wrapped to count calls."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.text = self.om = self.gzip = 0
+        real_text, real_om, real_gzip = pe.generate_latest, om.generate_latest, gzip.compress
+
+        def text(*a: Any, **kw: Any) -> bytes:
+            self.text += 1
+            return real_text(*a, **kw)
+
+        def openmetrics(*a: Any, **kw: Any) -> bytes:
+            self.om += 1
+            return real_om(*a, **kw)
+
+        def compress(*a: Any, **kw: Any) -> bytes:
+            self.gzip += 1
+            return real_gzip(*a, **kw)
+        # choose_encoder looks both encoders up at each call: the wrapped ones are what it gives
+        monkeypatch.setattr(pe, "generate_latest", text)
+        monkeypatch.setattr(om, "generate_latest", openmetrics)
+        monkeypatch.setattr(ex.gzip, "compress", compress)
+        self.real_text, self.real_om = real_text, real_om
+
+    def counts(self) -> tuple[int, int, int]:
+        return self.text, self.om, self.gzip
+
+
+def test_every_variant_is_prometheus_clients_bytes_with_its_content_type(state) -> None:
+    c, polled = state
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
+    reg = make_registry(c.snapshot, lambda: list(polled))
+    text, openm = pe.generate_latest(reg), om.generate_latest(reg)
+    assert text != openm and openm.endswith(b"# EOF\n") and openm.count(b"# EOF") == 1
+    assert b'dimm="DIMM \\"A1\\" \\\\ slot\\nB"' in text and b'where="\xc3\xa9\xe2\x80\x94\xc3\xbc"' in openm
+    want = {PROM2: (openm, OM_CT + "; escaping=underscores"),
+            PROM3_TEXT: (text, "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8"),
+            OLD_TEXT: (text, "text/plain; version=0.0.4; charset=utf-8"),
+            "application/openmetrics-text": (openm, OM_CT),
+            None: (text, "text/plain; version=0.0.4; charset=utf-8")}
+    for accept in ACCEPTS:
+        encoder, content_type = pe.choose_encoder(accept or "")
+        assert (encoder(reg), content_type) == want[accept]  # prometheus_client's own answer
+        body, ctype, enc = expo.serve(accept, None)
+        assert (body, ctype, enc) == (*want[accept], None), accept
+        zbody, zctype, zenc = expo.serve(accept, "gzip, deflate, br")
+        assert (zctype, zenc) == (ctype, "gzip") and zbody[:2] == b"\x1f\x8b"
+        assert gzip.decompress(zbody) == body and len(zbody) < len(body) / 3
+    assert expo.render() == text
+    # Accept-Encoding as prometheus_client reads it: gzip named (any case, with parameters), or not
+    assert expo.serve(None, "GZIP;q=1.0")[2] == "gzip"
+    for no in ("identity", "deflate, br", "", None, "x-gzip"):
+        assert expo.serve(None, no)[2] is None, no
+
+
+def test_an_unchanged_state_is_served_as_the_same_bytes_formatting_and_compressing_nothing(state, monkeypatch) -> None:
+    c, polled = state
+    calls = Calls(monkeypatch)
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
+    first = {(a, z): expo.serve(a, z)[0] for a in (PROM2, OLD_TEXT) for z in (None, "gzip")}
+    n_families = len(list(expo.collector.keyed_families()))
+    # each format formatted family by family once (+1: what it writes after the last family),
+    # each gzipped body compressed once
+    assert calls.counts() == (n_families + 1, n_families + 1, 2)
+    assert expo.families_rendered == 2 * n_families and expo.bodies_compressed == 2
+    for _ in range(3):
+        for (a, z), body in first.items():
+            assert expo.serve(a, z)[0] is body
+    assert calls.counts() == (n_families + 1, n_families + 1, 2)
+    assert expo.families_rendered == 2 * n_families and expo.bodies_compressed == 2
+
+
+def test_a_change_re_renders_the_changed_family_in_each_format_when_next_asked_for(state, monkeypatch) -> None:
+    c, polled = state
+    calls = Calls(monkeypatch)
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
+    reg = make_registry(c.snapshot, lambda: list(polled))
+
+    def fresh() -> tuple[bytes, bytes]:  # prometheus_client's bytes, its calls not counted
+        return calls.real_text(reg), calls.real_om(reg)
+
+    old = {z: (expo.serve(OLD_TEXT, z)[0], expo.serve(PROM2, z)[0]) for z in (None, "gzip")}
+    before = calls.counts()
+    c.add(ex.XID, ("0", "0000:18:00.0", "48", "memory"))          # one agent family changes
+    text, openm = fresh()
+    assert expo.serve(OLD_TEXT, "gzip")[0] is not old["gzip"][0]
+    assert gzip.decompress(expo.serve(OLD_TEXT, "gzip")[0]) == text
+    assert calls.counts() == (before[0] + 1, before[1], before[2] + 1)  # OpenMetrics not asked for yet
+    assert expo.serve(OLD_TEXT, None)[0] == text  # the same render: nothing more formatted or compressed
+    assert calls.counts() == (before[0] + 1, before[1], before[2] + 1)
+    assert expo.serve(PROM2, None)[0] == openm and gzip.decompress(expo.serve(PROM2, "gzip")[0]) == openm
+    assert calls.counts() == (before[0] + 1, before[1] + 1, before[2] + 2)
+    assert b"0000:18:00.0" in openm and openm != old[None][1]
+
+    polled[0] = (polled[0][0], Sample(polled[0][1].name, polled[0][1].labels, polled[0][1].value + 1,
+                                      polled[0][1].kind, polled[0][1].help))  # one polled family changes
+    text, openm = fresh()
+    mid = calls.counts()
+    assert expo.serve(PROM2, "gzip")[0] != old["gzip"][1] and gzip.decompress(expo.serve(PROM2, "gzip")[0]) == openm
+    assert expo.serve(OLD_TEXT, None)[0] == text
+    assert calls.counts() == (mid[0] + 1, mid[1] + 1, mid[2] + 1)
+
+    gone = polled.pop()                                            # a family goes away
+    text, openm = fresh()
+    assert gone[1].name.encode() not in text
+    assert expo.serve(OLD_TEXT, None)[0] == text and expo.serve(PROM2, None)[0] == openm
+    assert expo.render() == text
+
+
+def test_formats_kept_are_bounded_and_a_version_prometheus_client_cannot_read_gets_text(state) -> None:
+    c, polled = state
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
+    reg = make_registry(c.snapshot, lambda: list(polled))
+    text, openm = pe.generate_latest(reg), om.generate_latest(reg)
+    for minor in range(3 * ex.Exposition.MAX_FORMATS):  # versions are the client's to choose
+        body, ctype, _ = expo.serve(f"application/openmetrics-text;version=1.{minor}.0", None)
+        assert body == openm and ctype == f"application/openmetrics-text; version=1.{minor}.0; charset=utf-8; " \
+                                           "escaping=underscores"
+    assert len(expo._formats) == ex.Exposition.MAX_FORMATS
+    for bad in ("application/openmetrics-text;version=abc", "application/openmetrics-text; version=1.0.0=x"):
+        with pytest.raises(TypeError):
+            pe.choose_encoder(bad)  # prometheus_client's handler would fail the scrape
+        assert expo.serve(bad, None) == (text, "text/plain; version=0.0.4; charset=utf-8", None)
+
+
+def test_the_server_gets_the_same_answer_for_a_registry(state) -> None:
+    """A registry given to the HTTP server is negotiated the same way, rendered at each scrape."""
+    from nodewarden.agent.server import metrics_body
+    c, polled = state
+    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
+    served: list[Callable[[str | None, str | None], tuple[bytes, str, str | None]]] = [
+        metrics_body(make_registry(c.snapshot, lambda: list(polled))), metrics_body(expo), metrics_body(expo.render)]
+    assert served[1] == expo.serve and served[2] == expo.serve
+    for accept in ACCEPTS:
+        for z in (None, "gzip"):
+            answers = [f(accept, z) for f in served]
+            plain = [(gzip.decompress(b) if e else b, t, e) for b, t, e in answers]
+            assert plain[0] == plain[1] == plain[2], (accept, z)
+    text = pe.generate_latest(make_registry(c.snapshot, lambda: list(polled)))
+    assert metrics_body(lambda: text)(PROM2, "gzip") == (text, pe.CONTENT_TYPE_LATEST, None)
