@@ -91,7 +91,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 
 from nodewarden.parsing.pci import normalize_pci
 from nodewarden.parsing.xid import RECOVERY_ACTIONS
@@ -377,18 +377,11 @@ def clock_event_reasons(s: Session, h: Any) -> tuple[int | None, str | None]:
     return None, None
 
 
-def nvlink_states(s: Session, h: Any, links: Iterable[int] | None = None) -> dict[int, bool]:
+def nvlink_states(s: Session, h: Any) -> dict[int, bool]:
     """link -> active (``nvmlDeviceGetNvLinkState``) for each NVLink link GPU ``h`` answers
-    for, of ``links`` (default 0 .. ``NVML_NVLINK_MAX_LINKS``-1: a probe of every link, which a
-    caller can keep and pass again: the links a GPU has do not change while the driver is
-    loaded); {} for a GPU without NVLink (link 0 does not answer: a PCIe card). Raises GpuLost."""
+    for, 0 .. ``NVML_NVLINK_MAX_LINKS``-1; {} for a GPU without NVLink (link 0 does not answer:
+    a PCIe card). Raises GpuLost."""
     out: dict[int, bool] = {}
-    if links is not None:
-        for link in links:
-            state = s.value("nvmlDeviceGetNvLinkState", h, link)
-            if state is not None:
-                out[link] = bool(state)
-        return out
     for link in range(int(getattr(s.nv, "NVML_NVLINK_MAX_LINKS", NVLINK_MAX_LINKS))):
         state = s.value("nvmlDeviceGetNvLinkState", h, link)
         if state is None:

@@ -98,7 +98,7 @@ from nodewarden.events import (GPU_ECC, GPU_LOST, GPU_RECOVERY_ACTION, GPU_RESET
                                FaultEvent)
 from nodewarden.nvml import (CLOCK_EVENT_REASONS, NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, RECOVERY_ACTION_LABELS,
                              RECOVERY_ACTIONS, RECOVERY_NONE, GpuLost, Session, driver_lacks_field,
-                             read_recovery_action, recovery_action_name, return_name)
+                             recovery_action_name, return_name)
 
 log = logging.getLogger(__name__)
 
