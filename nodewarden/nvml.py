@@ -1,11 +1,12 @@
 """The one NVML session: every NVML call nodewarden makes goes through this module.
 
-NVML (``libnvidia-ml.so.1``, through NVIDIA's nvidia-ml-py binding ``pynvml``) is read by the
+NVML (``libnvidia-ml.so.1``, through :mod:`nodewarden.nvmllib`, a ctypes binding of the calls
+made here under nvidia-ml-py's names and conventions) is read by the
 agent's NVML collector, the validator's checks (their NVML snapshot), hardware-profile
 auto-detection and the agent's GPU-busy probe. They share four rules, each written once here:
 
 Session (:func:`init`, :meth:`Session.shutdown`)
-    ``nvmlInit`` -> a :class:`Session`, or ``(None, why)`` without nvidia-ml-py, without the
+    ``nvmlInit`` -> a :class:`Session`, or ``(None, why)`` without the
     library (``NVML_ERROR_LIBRARY_NOT_FOUND``) or without a loaded driver
     (``NVML_ERROR_DRIVER_NOT_LOADED``): no NVML is no data, never an error.
 Call wrapper (:meth:`Session.call`)
@@ -126,7 +127,7 @@ NO_DRIVER = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_
 _LACKS_FIELD = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_FUNCTION_NOT_FOUND)
 
 NVML_FI_DEV_GET_GPU_RECOVERY_ACTION = 230
-NVLINK_MAX_LINKS = 18  # when pynvml does not say (NVML_NVLINK_MAX_LINKS: 18 before r570, then 36)
+NVLINK_MAX_LINKS = 18  # when the binding does not say (NVML_NVLINK_MAX_LINKS: 18 before r570, then 36)
 
 
 def return_name(ret: int) -> str:
@@ -238,7 +239,9 @@ def _text(value: Any) -> str:
 
 
 class Session:
-    """An initialised NVML (``nvmlInit`` done, by :func:`init`); ``nv`` is the pynvml module.
+    """An initialised NVML (``nvmlInit`` done, by :func:`init`); ``nv`` is the binding
+    (:mod:`nodewarden.nvmllib`, or any module-like object with nvidia-ml-py's functions and
+    ``NVMLError``: pynvml itself reads the same).
     Its methods block as long as the driver does: run them under :func:`call_with_timeout`
     (or :func:`query`)."""
 
@@ -246,7 +249,7 @@ class Session:
         self.nv = nv
 
     def _invoke(self, fn: str, *args: Any) -> Any:
-        """``pynvml.<fn>(*args)``; raises GpuLost on NVML_ERROR_GPU_IS_LOST, NvmlCallError
+        """``nv.<fn>(*args)``; raises GpuLost on NVML_ERROR_GPU_IS_LOST, NvmlCallError
         (NVML_ERROR_FUNCTION_NOT_FOUND for a binding without ``fn``) on any other error."""
         f = getattr(self.nv, fn, None)
         if f is None:
@@ -260,7 +263,7 @@ class Session:
             raise NvmlCallError(fn, ret) from None
 
     def call(self, fn: str, *args: Any) -> Any:
-        """The call wrapper: ``pynvml.<fn>(*args)``'s value, or None when the query is absent
+        """The call wrapper: ``nv.<fn>(*args)``'s value, or None when the query is absent
         (``NVML_ERROR_NOT_SUPPORTED``, ``NVML_ERROR_FUNCTION_NOT_FOUND``, a binding without
         ``fn``). Raises :class:`GpuLost` on ``NVML_ERROR_GPU_IS_LOST``, :class:`NvmlCallError` on
         any other nvmlReturn_t."""
@@ -301,25 +304,22 @@ class Session:
 
 def init() -> tuple[Session | None, str]:
     """``nvmlInit``: ``(Session, "")``, or ``(None, why)`` where there is no NVML -- no
-    nvidia-ml-py, no ``libnvidia-ml.so.1`` (NVML_ERROR_LIBRARY_NOT_FOUND, or a library that is
+    ``libnvidia-ml.so.1`` (NVML_ERROR_LIBRARY_NOT_FOUND, or a library that is
     not NVML), no driver loaded (NVML_ERROR_DRIVER_NOT_LOADED, :data:`NO_DRIVER`). Any other
     nvmlInit failure is a driver that is there and broken (NVML_ERROR_RM_VERSION_MISMATCH after
     a driver upgrade without a reload, NVML_ERROR_UNKNOWN...): raises :class:`NvmlCallError`,
     never taken for a node without GPUs. Blocks as long as the driver does."""
+    from nodewarden import nvmllib
     try:
-        import pynvml
-    except ImportError:
-        return None, "nvidia-ml-py (pynvml) is not installed"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
+        nvmllib.nvmlInit()
+    except nvmllib.NVMLError as e:
         ret = int(e.value)
         if ret not in NO_DRIVER:
             raise NvmlCallError("nvmlInit", ret) from None
         return None, f"nvmlInit: {return_name(ret)} ({e})"
     except OSError as e:  # a library that loads but is not NVML
         return None, f"nvmlInit: {e}"
-    return Session(pynvml), ""
+    return Session(nvmllib), ""
 
 
 def query(fn: Callable[[Session], T], timeout_s: float, what: str) -> tuple[T | None, str]:
@@ -491,7 +491,7 @@ def read_recovery_action(s: Session, h: Any) -> FieldRead:
     Returns ``FieldRead(code, 0)``, code an ``nvmlDeviceGpuRecoveryAction_t`` (unitless), or
     ``FieldRead(None, ret)``: the call's error or the value's own ``nvmlReturn``
     (``NVML_ERROR_NOT_SUPPORTED`` on a driver without the field: :func:`driver_lacks_field`);
-    ``NVML_ERROR_FUNCTION_NOT_FOUND`` when pynvml or the library has no
+    ``NVML_ERROR_FUNCTION_NOT_FOUND`` when the binding or the library has no
     ``nvmlDeviceGetFieldValues``. Raises :class:`GpuLost` when the call or the value answers
     NVML_ERROR_GPU_IS_LOST (the call wrapper's rule)."""
     return read_fields(s, h, [NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])[0]
@@ -550,7 +550,7 @@ def read_fields(s: Session, h: Any, field_ids: Sequence[int | tuple[int, int]],
         return [FieldRead(None, e.ret)] * len(field_ids)
     raw = _raw_field_values(values)
     out = []
-    if raw is not None:  # the C structs unpacked at once (pynvml's per-attribute access costs ~3 us a value)
+    if raw is not None:  # the C structs unpacked at once (ctypes' per-attribute access costs ~3 us a value)
         for value_type, ret, value in raw:
             if ret == NVML_ERROR_GPU_IS_LOST:
                 raise GpuLost("nvmlDeviceGetFieldValues")

@@ -237,7 +237,6 @@ def _log_level(v: Any) -> str:
 
 
 def _listen(v: Any) -> str:
-    from nodewarden.agent.server import parse_listen
     s = _nonempty(v)
     try:
         parse_listen(s)
@@ -377,3 +376,29 @@ __doc__ = (__doc__ or "") + ranges_doc() + "\n"
 
 if __name__ == "__main__":  # the ranges block of deploy/config/nodewarden-agent.toml
     print("\n".join("#" + line[3:] for line in ranges_doc().splitlines()))
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``127.0.0.1:9764``, ``[::1]:9764``, ``:9764`` for all addresses) -> (host, port).
+
+    PORT is 1-65535 in ASCII digits only (no sign, no ``_``, no other script's digits); no
+    whitespace or NUL anywhere. Raises ValueError naming what is wrong.
+    """
+    if any(c.isspace() or c == "\0" for c in text):
+        raise ValueError(f"no spaces or control characters allowed in HOST:PORT, got {text!r}")
+    if text.startswith("[") and (text.endswith("]") or "]" not in text):
+        raise ValueError(f"expected [IPv6 address]:PORT, got {text!r} (no port after the brackets)"
+                         if text.endswith("]") else f"expected [IPv6 address]:PORT, got {text!r} (no closing bracket)")
+    host, sep, port = text.rpartition(":")
+    if not sep or not port:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"write an IPv6 address in brackets: [{host.strip('[]')}]:{port}")
+    if not (port.isascii() and port.isdigit()):
+        raise ValueError(f"port {port!r} is not a number (ASCII digits 0-9 only)")
+    num = int(port)
+    if not 1 <= num <= 65535:
+        raise ValueError(f"port {num} is out of range 1-65535")
+    return host, num

@@ -39,12 +39,14 @@ Failure behaviour:
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import signal
 import socket
 import sys
 import threading
+import types
 from typing import Any, Callable
 
 from nodewarden import __version__, exitcodes
@@ -58,7 +60,6 @@ from nodewarden.agent.exporter import Counters, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
 from nodewarden.agent.schedule import REPORT_FILE, ReportWatcher, Scheduler
-from nodewarden.agent.server import AgentHTTPServer, FdLimitError, ServerSettings, parse_listen
 from nodewarden.events import FaultEvent, iso_utc
 from nodewarden.kmsg import KmsgReader, boot_wall_time
 from nodewarden.nvml import GpuMinors
@@ -275,6 +276,24 @@ def open_to_network(host: str, web: Any) -> str | None:
             "this node's fault history; set [http] web_config_file (see README)")
 
 
+def import_server(tls: bool) -> types.ModuleType:
+    """:mod:`nodewarden.agent.server`, imported for this process. Without TLS, the first import of
+    asyncio here is made with ``ssl`` absent (``None`` in ``sys.modules``: the import system
+    then raises ImportError, https://docs.python.org/3/reference/import.html#the-module-cache),
+    which asyncio's modules take as "no TLS support" (their ``try: import ssl``): the agent
+    then never maps OpenSSL (ssl, _ssl, libssl, libcrypto: ~4.5 MB resident, measured by
+    ``bench/agent_overhead.py``). ``ssl`` is importable again afterwards; a process that
+    already imported asyncio or ssl keeps them as they are. The agent reads its web
+    configuration once, at start, so TLS cannot be asked for later."""
+    if tls or "asyncio" in sys.modules or "ssl" in sys.modules:
+        return importlib.import_module("nodewarden.agent.server")
+    sys.modules["ssl"] = None  # type: ignore[assignment]
+    try:
+        return importlib.import_module("nodewarden.agent.server")
+    finally:
+        del sys.modules["ssl"]
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT. Returns the exit code: 0 after a clean stop, 2 for a
     bad configuration, ``--listen`` or ``--state-dir`` (message on stderr)."""
@@ -290,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
 
     host = cfg.hostname or socket.gethostname()
     try:
-        addr = parse_listen(cfg.listen)
+        addr = cf.parse_listen(cfg.listen)
     except ValueError as e:
         return _usage(f"{opt('--listen', 'listen')}: {e}")
     try:
@@ -338,6 +357,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         reports.poll()
 
+    server_module = import_server(tls=web is not None and web.ssl_context is not None)
+    AgentHTTPServer, FdLimitError, ServerSettings = (server_module.AgentHTTPServer, server_module.FdLimitError,
+                                                     server_module.ServerSettings)
     try:
         exposition = ex.Exposition(ex.AgentCollector(agent.snapshot,
                                                      agent.poller.samples if agent.poller is not None else None))

@@ -162,8 +162,12 @@ outcomes (+ ``other``); GPU-lost precursors and reset-required, GPUs x 4 reasons
 name no GPU.
 
 The exporter follows prometheus/client_python's custom-collector pattern: no global metric
-objects; :class:`Counters` holds plain numbers under a lock, and :class:`AgentCollector` yields
-fresh metric families from a snapshot on each scrape, samples sorted by label values.
+objects; :class:`Counters` holds plain numbers under a lock, and :class:`AgentCollector` builds
+fresh families (:class:`~nodewarden.agent.textformat.Block`) from a snapshot, samples sorted by
+label values. :class:`Exposition` writes them with :mod:`nodewarden.agent.textformat` (the bytes
+of prometheus_client's encoders, without importing the library into the agent);
+:meth:`AgentCollector.collect` yields them as prometheus_client families for a registry
+(:func:`make_registry`, what the tests compare the bytes with).
 """
 
 from __future__ import annotations
@@ -175,19 +179,21 @@ import gzip
 import logging
 import re
 import threading
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.registry import Collector, CollectorRegistry
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Iterator, Mapping
 
 from nodewarden import __version__
 from nodewarden import events as ev
+from nodewarden.agent import textformat as tf
+from nodewarden.agent.textformat import Block
 from nodewarden.catalog import sxid as sxid_catalog
 from nodewarden.collectors.base import COUNTER, GAUGE, Sample
 from nodewarden.events import FaultEvent
 from nodewarden.parsing import aer
 from nodewarden.parsing import xid as xid_parser
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -618,13 +624,14 @@ def _fmt_labels(labels: tuple[tuple[str, str], ...]) -> str:
 # ---------------------------------------------------------------------------------------------
 # The collector
 
-class AgentCollector(Collector):
-    """prometheus_client custom collector: one fresh family per :data:`FAMILIES` entry per scrape,
-    from ``snapshot()`` (a :meth:`Counters.snapshot`), then the polled collectors' families from
-    ``polled()`` (``(collector, Sample)`` pairs, see :func:`check_samples`), by name. Families of
-    the agent without samples are still yielded (HELP/TYPE only), so a scrape shows every series
-    the agent can export; a counter without labels is 0 until it rises (``increase()`` sees its
-    first loss or overrun).
+class AgentCollector:
+    """The agent's families: one fresh :class:`~nodewarden.agent.textformat.Block` per
+    :data:`FAMILIES` entry, from ``snapshot()`` (a :meth:`Counters.snapshot`), then the polled
+    collectors' families from ``polled()`` (``(collector, Sample)`` pairs, see
+    :func:`check_samples`), by name. Families of the agent without samples are still yielded
+    (HELP/TYPE only), so a scrape shows every series the agent can export; a counter without
+    labels is 0 until it rises (``increase()`` sees its first loss or overrun).
+    :meth:`collect` makes it a prometheus_client custom collector (``make_registry``).
 
     A snapshot that raises serves the last good one instead (a scrape never breaks). A contract
     problem in the polled samples is logged once (as a warning; after that at debug level)."""
@@ -637,17 +644,24 @@ class AgentCollector(Collector):
         self._last_polled: list[PolledSample] = []
         self._checked_in: list[PolledSample] | None = None
         self._checked: dict[str, PolledFamily] = {}
-        self._polled_keyed: list[tuple[str, Hashable, Callable[[], Metric]]] = []
+        self._polled_keyed: list[tuple[str, Hashable, Callable[[], Block]]] = []
         self._reported: set[str] = set()
 
     def collect(self) -> Iterator[Metric]:
+        """The families as prometheus_client ``CounterMetricFamily``/``GaugeMetricFamily`` (what
+        a ``CollectorRegistry`` reads; imports prometheus_client)."""
+        for _name, _key, build in self.keyed_families():
+            yield to_metric(build())
+
+    def blocks(self) -> Iterator[Block]:
+        """The families, in :meth:`collect`'s order."""
         for _name, _key, build in self.keyed_families():
             yield build()
 
-    def keyed_families(self) -> Iterator[tuple[str, Hashable, Callable[[], Metric]]]:
+    def keyed_families(self) -> Iterator[tuple[str, Hashable, Callable[[], Block]]]:
         """Every family :meth:`collect` yields, in its order, as (name, key, build): ``key`` equal
         between two calls exactly when the family's samples (and HELP, type) are, ``build()`` its
-        Metric. :class:`Exposition` re-renders a family only when its key changed."""
+        Block. :class:`Exposition` re-renders a family only when its key changed."""
         try:
             snap = self._snapshot()
             self._last = snap
@@ -681,7 +695,7 @@ class AgentCollector(Collector):
         return fams
 
 
-def keyed_families(snap: Mapping[SeriesKey, float]) -> Iterator[tuple[str, Hashable, Callable[[], Metric]]]:
+def keyed_families(snap: Mapping[SeriesKey, float]) -> Iterator[tuple[str, Hashable, Callable[[], Block]]]:
     """The agent's families of a snapshot, in :data:`FAMILIES` order, as (name, key, build)
     (:meth:`AgentCollector.keyed_families`); samples sorted by labels."""
     by_family: dict[str, list[tuple[tuple[str, ...], float]]] = {}
@@ -693,176 +707,135 @@ def keyed_families(snap: Mapping[SeriesKey, float]) -> Iterator[tuple[str, Hasha
             samples = [((__version__,), 1.0)]
         elif not samples and not fam.labels and fam.type == "counter":
             samples = [((), 0.0)]  # a counter without labels exists from the start: its first rise is seen
-        yield fam.name, tuple(samples), functools.partial(_agent_metric, fam, samples)
+        yield fam.name, tuple(samples), functools.partial(_agent_block, fam, samples)
 
 
-def _agent_metric(fam: Family, samples: list[tuple[tuple[str, ...], float]]) -> Metric:
-    cls = CounterMetricFamily if fam.type == "counter" else GaugeMetricFamily
-    metric = cls(fam.name, fam.help, labels=list(fam.labels))
-    for labels, value in samples:
-        metric.add_metric(list(labels), value)
-    return metric
+def _agent_block(fam: Family, samples: list[tuple[tuple[str, ...], float]]) -> Block:
+    return Block(fam.name, fam.type, fam.help,
+                 tuple((tuple(zip(fam.labels, values)), value) for values, value in samples))
 
 
-def families(snap: Mapping[SeriesKey, float]) -> Iterator[Metric]:
-    """Metric families for a snapshot, in :data:`FAMILIES` order, samples sorted by labels."""
+def families(snap: Mapping[SeriesKey, float]) -> Iterator[Block]:
+    """The agent's families for a snapshot, in :data:`FAMILIES` order, samples sorted by labels."""
     for _name, _key, build in keyed_families(snap):
         yield build()
 
 
-def keyed_polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[tuple[str, Hashable, Callable[[], Metric]]]:
+def keyed_polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[tuple[str, Hashable, Callable[[], Block]]]:
     """The polled collectors' families (from :func:`check_samples`) sorted by name, as (name,
     key, build); samples sorted by their label pairs (labels written in name order)."""
     for name in sorted(fams):
         f = fams[name]
         items = tuple(sorted(f.samples.items()))
-        yield name, (f.type, f.help, f.collector, items), functools.partial(_polled_metric, f, items)
+        yield name, (f.type, f.help, f.collector, items), functools.partial(_polled_block, f, items)
 
 
-def _polled_metric(f: PolledFamily, items: tuple[tuple[tuple[tuple[str, str], ...], float], ...]) -> Metric:
-    help_text = f.help or f"{f.name} (collector {f.collector})."
-    metric: Metric = CounterMetricFamily(f.name, help_text) if f.type == COUNTER else GaugeMetricFamily(f.name, help_text)
-    for key, value in items:
-        metric.add_sample(f.name, dict(key), value)
-    return metric
+def _polled_block(f: PolledFamily, items: tuple[tuple[tuple[tuple[str, str], ...], float], ...]) -> Block:
+    return Block(f.name, f.type, f.help or f"{f.name} (collector {f.collector}).", items)
 
 
-def polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[Metric]:
+def polled_families(fams: Mapping[str, PolledFamily]) -> Iterator[Block]:
     """The polled collectors' families (from :func:`check_samples`), sorted by name, samples
     sorted by their label pairs (labels written in name order)."""
     for _name, _key, build in keyed_polled_families(fams):
         yield build()
 
 
-class _OneFamily:
-    """What prometheus_client's ``generate_latest`` reads of a registry (``collect()``), for one
-    family: the format stays prometheus_client's, family by family."""
-
-    def __init__(self, metric: Metric) -> None:
-        self.metric = metric
-
-    def collect(self) -> list[Metric]:
-        return [self.metric]
+def to_metric(block: Block) -> Metric:
+    """The family as prometheus_client's ``CounterMetricFamily`` or ``GaugeMetricFamily``
+    (imports prometheus_client: tests and registries, never the agent's scrape path)."""
+    from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily
+    metric: Metric = (CounterMetricFamily if block.type == COUNTER else GaugeMetricFamily)(block.name, block.help)
+    for labels, value in block.samples:
+        metric.add_sample(block.name, dict(labels), value)
+    return metric
 
 
 class Exposition:
-    """The ``/metrics`` bodies of an :class:`AgentCollector`, in every format a scraper asks
-    for, byte for byte what prometheus_client gives for ``make_registry(...)`` (tests hold it):
-    the text format (``exposition.generate_latest``), OpenMetrics 1.0
-    (``openmetrics.exposition.generate_latest``), each also gzipped. Which one a request gets is
-    prometheus_client's choice (:func:`prometheus_client.exposition.choose_encoder` on
-    ``Accept``, :func:`~prometheus_client.exposition.gzip_accepted` on ``Accept-Encoding``), as
-    its own HTTP handler makes it.
+    """The ``/metrics`` bodies of an :class:`AgentCollector`, in both formats a scraper can ask
+    for, each also gzipped: the text format 0.0.4 and OpenMetrics 1.0.0, written by
+    :mod:`nodewarden.agent.textformat` byte for byte as prometheus_client's
+    ``exposition.generate_latest`` and ``openmetrics.exposition.generate_latest`` write
+    ``make_registry(...)`` (tests hold it). Which one a request gets:
+    :func:`~nodewarden.agent.textformat.negotiate` on ``Accept``,
+    :func:`~nodewarden.agent.textformat.gzip_accepted` on ``Accept-Encoding``.
 
     Kept between changes, per format: a family whose samples did not change since that format's
     last render is not formatted again, a body whose families did not change is served as the
     same bytes object, and its gzip is compressed once (RFC 1952 member, ``mtime`` 0, level
     :data:`GZIP_LEVEL`). A format is rendered when first asked for after a change, so a scrape
-    of an unchanged state formats and compresses nothing. At most :data:`MAX_FORMATS` formats
-    are kept (least recently asked for dropped: ``Accept`` versions and escapings are the
-    client's). Thread-safe (one render at a time)."""
+    of an unchanged state formats and compresses nothing. Thread-safe (one render at a time)."""
 
-    MAX_FORMATS = 8
     GZIP_LEVEL = 9  # gzip.compress's default, which prometheus_client's handler uses
 
     def __init__(self, collector: AgentCollector) -> None:
         self.collector = collector
         self._lock = threading.Lock()
-        self._formats: collections.OrderedDict[Hashable, _KeptFormat] = collections.OrderedDict()
+        self._formats: dict[str, _KeptFormat] = {}
         self.families_rendered = 0  # families formatted since start, all formats (the rest came from the cache)
         self.bodies_compressed = 0  # gzip compressions since start
 
     def render(self) -> bytes:
-        """The exposition in the text format, ``generate_latest``'s bytes (what a request
-        without ``Accept`` gets, :meth:`serve`). Never raises for a collector or snapshot error
-        (the collector serves its last good state)."""
+        """The exposition in the text format (what a request without ``Accept`` gets,
+        :meth:`serve`). Never raises for a collector or snapshot error (the collector serves
+        its last good state)."""
         return self.serve(None, None)[0]
 
     def serve(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, str, str | None]:
         """(body, Content-Type, Content-Encoding or None) for a request with these ``Accept`` and
         ``Accept-Encoding`` header values (None: absent). The body is the kept bytes object while
         the state is unchanged. Never raises for a collector or snapshot error."""
-        encoder, content_type, gz = self.negotiate(accept, accept_encoding)
+        fmt, gz = self.negotiate(accept, accept_encoding)
         with self._lock:
-            kept = self._format(encoder)
+            kept = self._formats.get(fmt.name)
+            if kept is None:
+                kept = self._formats[fmt.name] = _KeptFormat(fmt, body=fmt.trailer)
             self._update(kept)
             if not gz:
-                return kept.body, content_type, None
+                return kept.body, fmt.content_type, None
             if kept.gzipped is None:
                 kept.gzipped = gzip.compress(kept.body, compresslevel=self.GZIP_LEVEL, mtime=0)
                 self.bodies_compressed += 1
-            return kept.gzipped, content_type, "gzip"
+            return kept.gzipped, fmt.content_type, "gzip"
 
     @staticmethod
-    def negotiate(accept: str | None, accept_encoding: str | None) -> tuple[Callable[[Any], bytes], str, bool]:
-        """prometheus_client's choice for these ``Accept`` and ``Accept-Encoding`` values (None:
-        absent): (encoder of a registry, Content-Type, gzip or not). An ``Accept`` whose
-        version prometheus_client cannot compare (``version=abc``: its ``choose_encoder``
-        raises) gets what no ``Accept`` gets, the text format."""
-        try:
-            encoder, content_type = choose_encoder(accept or "")
-        except (TypeError, ValueError):
-            encoder, content_type = choose_encoder("")
-        return encoder, content_type, gzip_accepted(accept_encoding or "")
-
-    def _format(self, encoder: Callable[..., bytes]) -> _KeptFormat:
-        if isinstance(encoder, functools.partial):
-            key: Hashable = (encoder.func, encoder.args, tuple(sorted(encoder.keywords.items())))
-        else:
-            key = encoder
-        kept = self._formats.get(key)
-        if kept is None:
-            trailer = encoder(_NoFamilies())
-            kept = self._formats[key] = _KeptFormat(encoder, trailer, body=trailer)
-            while len(self._formats) > self.MAX_FORMATS:
-                self._formats.popitem(last=False)
-        else:
-            self._formats.move_to_end(key)
-        return kept
+    def negotiate(accept: str | None, accept_encoding: str | None) -> tuple[tf.Format, bool]:
+        """The format and whether to gzip, for these ``Accept`` and ``Accept-Encoding`` values
+        (None: absent); see :func:`~nodewarden.agent.textformat.negotiate`."""
+        return tf.negotiate(accept), tf.gzip_accepted(accept_encoding)
 
     def _update(self, kept: _KeptFormat) -> None:
         blocks: dict[str, tuple[Hashable, bytes]] = {}
         changed = False
-        trailer = kept.trailer
         for name, key, build in self.collector.keyed_families():
             cached = kept.blocks.get(name)
             if cached is None or cached[0] != key:
-                block = kept.encoder(_OneFamily(build()))
-                if trailer and block.endswith(trailer):  # OpenMetrics' "# EOF": once, at the end
-                    block = block[:-len(trailer)]
-                cached = (key, block)
+                cached = (key, kept.format.block(build()))
                 self.families_rendered += 1
                 changed = True
             blocks[name] = cached
         if changed or blocks.keys() != kept.blocks.keys():
-            kept.body = b"".join(b for _, b in blocks.values()) + trailer
+            kept.body = b"".join(b for _, b in blocks.values()) + kept.format.trailer
             kept.gzipped = None
         kept.blocks = blocks
 
 
 @dataclasses.dataclass
 class _KeptFormat:
-    """One format's kept state (:class:`Exposition`): its encoder, what it writes after the last
-    family (``b"# EOF\\n"`` for OpenMetrics, ``b""`` for text), each family's bytes with the key
-    they were formatted for, the body, and the body gzipped (None until asked for)."""
+    """One format's kept state (:class:`Exposition`): the format, each family's bytes with the
+    key they were formatted for, the body, and the body gzipped (None until asked for)."""
 
-    encoder: Callable[..., bytes]
-    trailer: bytes
+    format: tf.Format
     blocks: dict[str, tuple[Hashable, bytes]] = dataclasses.field(default_factory=dict)
     body: bytes = b""
     gzipped: bytes | None = None
 
 
-class _NoFamilies:
-    """A registry without families: what an encoder writes for it is what it writes after the last one."""
-
-    def collect(self) -> list[Metric]:
-        return []
-
-
 def make_registry(snapshot: Callable[[], Mapping[SeriesKey, float]],
                   polled: Callable[[], Iterable[PolledSample]] | None = None) -> CollectorRegistry:
-    """A registry holding only the agent's collector (no process/platform collectors)."""
+    """A prometheus_client registry holding only the agent's collector (no process/platform
+    collectors): what ``generate_latest`` and the tests read (imports prometheus_client)."""
+    from prometheus_client.registry import CollectorRegistry
     reg = CollectorRegistry(auto_describe=False)
     reg.register(AgentCollector(snapshot, polled))
     return reg

@@ -42,6 +42,10 @@ from nodewarden.parsing.stream import KernelLogParser
 log = logging.getLogger(__name__)
 
 READ_LIMIT = 10_000  # records handled per batch (a batch is journaled and persisted as one)
+# The ring buffer read at start is parsed and journaled this many records at a time: what is
+# parsed at once is held at once, and the allocator keeps the peak (a 16 MiB ring buffer holds
+# ~100,000 records).
+CATCH_UP_CHUNK = 256
 CURSOR_COMMIT_S = 5.0  # a cursor that moved over records without events is saved this late at most
 RETRY_S = 5.0  # after a failed state.json write, the next try comes this much later at the earliest
 # At start, an incomplete record (MCE head without its last line) at the end of the buffer is
@@ -170,7 +174,8 @@ class KmsgFollower:
                          "counting the whole buffer", newest, self.resume.seq)
                 self.resume, self.journaled, self.seq = None, frozenset(), None
         n = self._count_journal_tail()
-        n += len(self.handle(records))
+        for i in range(0, len(records), CATCH_UP_CHUNK):  # parsed a chunk at a time: the peak stays small
+            n += len(self.handle(records[i:i + CATCH_UP_CHUNK]))
         if held_seqs(self.parser) and (self.last_record_mono is None
                                        or self.clock() - self.last_record_mono > STALE_HELD_S):
             n += len(self.take(self.parser.flush()))

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import json
 import logging
 import math
@@ -59,6 +58,7 @@ from nodewarden.agent import exporter as ex
 from nodewarden.agent.exporter import Counters
 from nodewarden.agent.state import write_atomic
 from nodewarden.events import iso_utc, parse_iso_utc
+from nodewarden.digests import sha256
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ def jitter_offset(hostname: str, jitter_s: float, interval_s: float) -> float:
     """This host's offset into each slot, in [0, min(jitter_s, interval_s)): the first 64 bits
     of SHA-256 of the hostname, scaled. The same name gives the same offset on every start."""
     span = max(0.0, min(jitter_s, interval_s))
-    h = int.from_bytes(hashlib.sha256(hostname.encode("utf-8", "surrogateescape")).digest()[:8], "big")
+    h = int.from_bytes(sha256(hostname.encode("utf-8", "surrogateescape")).digest()[:8], "big")
     return span * (h / 2.0**64)
 
 

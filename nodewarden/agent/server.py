@@ -1,9 +1,9 @@
 """The agent's HTTP endpoint:
 
 * ``GET``/``HEAD /metrics``: the Prometheus text format, or OpenMetrics 1.0 when ``Accept`` asks for
-  it, gzipped when ``Accept-Encoding`` allows it: prometheus_client's choice and bytes
-  (``choose_encoder``, ``gzip_accepted``, ``generate_latest``), kept between changes, family by
-  family and per format, by :class:`nodewarden.agent.exporter.Exposition`. ``Vary: Accept,
+  it, gzipped when ``Accept-Encoding`` allows it (:mod:`nodewarden.agent.textformat`: the
+  bytes of prometheus_client's ``generate_latest``), kept between changes, family by family and
+  per format, by :class:`nodewarden.agent.exporter.Exposition`. ``Vary: Accept,
   Accept-Encoding``.
 * ``GET``/``HEAD /healthz``: small JSON, 200 when ``ok`` else 503 (see :func:`nodewarden.agent.daemon.health`)
 * ``/``: a link page; anything else 404, other methods 405.
@@ -49,17 +49,18 @@ import logging
 import os
 import resource
 import socket
-import ssl
+import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import h11
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
-
+from nodewarden.agent import textformat as tf
 from nodewarden.agent.exporter import Exposition
 from nodewarden.agent.webconfig import BasicAuth, WebConfig, parse_basic
+
+if TYPE_CHECKING:
+    import ssl
 
 log = logging.getLogger(__name__)
 
@@ -105,32 +106,6 @@ class ServerSettings:
     write_timeout_seconds: float = 30.0
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``127.0.0.1:9764``, ``[::1]:9764``, ``:9764`` for all addresses) -> (host, port).
-
-    PORT is 1-65535 in ASCII digits only (no sign, no ``_``, no other script's digits); no
-    whitespace or NUL anywhere. Raises ValueError naming what is wrong.
-    """
-    if any(c.isspace() or c == "\0" for c in text):
-        raise ValueError(f"no spaces or control characters allowed in HOST:PORT, got {text!r}")
-    if text.startswith("[") and (text.endswith("]") or "]" not in text):
-        raise ValueError(f"expected [IPv6 address]:PORT, got {text!r} (no port after the brackets)"
-                         if text.endswith("]") else f"expected [IPv6 address]:PORT, got {text!r} (no closing bracket)")
-    host, sep, port = text.rpartition(":")
-    if not sep or not port:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"write an IPv6 address in brackets: [{host.strip('[]')}]:{port}")
-    if not (port.isascii() and port.isdigit()):
-        raise ValueError(f"port {port!r} is not a number (ASCII digits 0-9 only)")
-    num = int(port)
-    if not 1 <= num <= 65535:
-        raise ValueError(f"port {num} is out of range 1-65535")
-    return host, num
-
-
 def open_fds() -> int:
     """File descriptors this process holds now (``/proc/self/fd``; 16 when unreadable)."""
     try:
@@ -164,16 +139,16 @@ def _peer(addr: Any) -> str:
     return str(addr)
 
 
-def metrics_body(metrics: Exposition | Collector | Callable[[], bytes]) -> MetricsBody:
+def metrics_body(metrics: Exposition | Any | Callable[[], bytes]) -> MetricsBody:
     """What :class:`AgentHTTPServer` serves on /metrics for its ``metrics`` argument:
 
     * an :class:`~nodewarden.agent.exporter.Exposition`, or its bound ``render``: its
       :meth:`~nodewarden.agent.exporter.Exposition.serve` (every format, bytes kept between changes);
-    * a registry (anything with ``collect()``): rendered and compressed at each scrape in the
-      format :meth:`~nodewarden.agent.exporter.Exposition.negotiate` picks, as
-      prometheus_client's own handler does;
+    * a prometheus_client registry (anything with ``collect()``): rendered by prometheus_client
+      and compressed at each scrape, in the format
+      :meth:`~nodewarden.agent.exporter.Exposition.negotiate` picks;
     * any other function returning bytes: those bytes, as the text format
-      (``CONTENT_TYPE_LATEST``), never compressed.
+      (:data:`~nodewarden.agent.textformat.TEXT_CONTENT_TYPE`), never compressed.
     """
     if isinstance(metrics, Exposition):
         return metrics.serve
@@ -184,13 +159,15 @@ def metrics_body(metrics: Exposition | Collector | Callable[[], bytes]) -> Metri
         registry = metrics
 
         def baked(accept: str | None, accept_encoding: str | None) -> tuple[bytes, str, str | None]:
-            encoder, content_type, gz = Exposition.negotiate(accept, accept_encoding)
-            body = encoder(registry)
-            return (gzip.compress(body), content_type, "gzip") if gz else (body, content_type, None)
+            from prometheus_client import exposition, openmetrics
+            fmt, gz = Exposition.negotiate(accept, accept_encoding)
+            encoder = openmetrics.exposition.generate_latest if fmt is tf.OPENMETRICS else exposition.generate_latest
+            body = encoder(registry)  # type: ignore[arg-type]
+            return (gzip.compress(body), fmt.content_type, "gzip") if gz else (body, fmt.content_type, None)
         return baked
     assert callable(metrics)
     render = metrics
-    return lambda _accept, _encoding: (render(), CONTENT_TYPE_LATEST, None)
+    return lambda _accept, _encoding: (render(), tf.TEXT_CONTENT_TYPE, None)
 
 
 class AgentHTTPServer:
@@ -205,7 +182,7 @@ class AgentHTTPServer:
     loop in the calling thread until :meth:`shutdown`; :meth:`server_close` closes the socket.
     """
 
-    def __init__(self, addr: tuple[str, int], metrics: Exposition | Collector | Callable[[], bytes],
+    def __init__(self, addr: tuple[str, int], metrics: Exposition | Any | Callable[[], bytes],
                  health: Callable[[], dict[str, Any]], settings: ServerSettings | None = None,
                  web: WebConfig | None = None) -> None:
         self.metrics = metrics_body(metrics)
@@ -653,7 +630,8 @@ def _has_body(req: h11.Request) -> bool:
 
 
 def _why(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError):
+    ssl = sys.modules.get("ssl")  # not imported: the server has no TLS (nodewarden.agent.daemon.import_server)
+    if ssl is not None and isinstance(exc, ssl.SSLError):
         return exc.reason or str(exc)
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror

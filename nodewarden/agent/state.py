@@ -57,7 +57,6 @@ import dataclasses
 import datetime as dt
 import errno
 import fcntl
-import hashlib
 import json
 import logging
 import math
@@ -70,6 +69,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from nodewarden import __version__
 from nodewarden.events import XID, FaultEvent, iso_utc
+from nodewarden.digests import sha256
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +315,7 @@ def state_bytes(state: AgentState) -> bytes:
     the agent did not write as it is (edited by hand, a cursor or boot id changed, bit rot) is
     told apart and set aside, never taken for a cursor that would count records twice."""
     doc = state.to_dict()
-    doc[CHECKSUM_KEY] = hashlib.sha256(_canonical(doc)).hexdigest()
+    doc[CHECKSUM_KEY] = sha256(_canonical(doc)).hexdigest()
     return _canonical(doc)
 
 
@@ -325,7 +325,7 @@ def _verified(doc: Any) -> Any:
     if not isinstance(doc, dict) or CHECKSUM_KEY not in doc:
         return doc
     want = doc.pop(CHECKSUM_KEY)
-    if not isinstance(want, str) or hashlib.sha256(_canonical(doc)).hexdigest() != want:
+    if not isinstance(want, str) or sha256(_canonical(doc)).hexdigest() != want:
         raise ValueError("checksum mismatch: not the content the agent wrote")
     return doc
 

@@ -36,17 +36,20 @@ import base64
 import binascii
 import collections
 import dataclasses
-import hashlib
 import re
-import ssl
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
-                "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
-CLIENT_AUTH = {"NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-               "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+from nodewarden.digests import sha256
+
+if TYPE_CHECKING:
+    import ssl
+
+# ssl (and OpenSSL, ~4 MB resident) is imported only when a file asks for TLS
+TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}  # ssl.TLSVersion
+CLIENT_AUTH = {"NoClientCert": "CERT_NONE", "VerifyClientCertIfGiven": "CERT_OPTIONAL",
+               "RequireAndVerifyClientCert": "CERT_REQUIRED"}  # ssl.VerifyMode
 UNSUPPORTED_AUTH = ("RequestClientCert", "RequireAnyClientCert", "RequireClientCert")
 # exporter-toolkit's allowed response headers (web/tls_config.go, validHeaders)
 HEADERS = ("Strict-Transport-Security", "X-Content-Type-Options", "X-Frame-Options", "X-XSS-Protection",
@@ -156,6 +159,7 @@ def _tls(v: Any, name: str, base: Path) -> ssl.SSLContext | None:
         raise WebConfigError(f"{name}: {k}key_file: missing (cert_file needs its key)")
     cert = _read(base, t["cert_file"], name, k + "cert_file")
     key = _read(base, t["key_file"], name, k + "key_file")
+    import ssl
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         ctx.load_cert_chain(cert, key)
@@ -167,7 +171,7 @@ def _tls(v: Any, name: str, base: Path) -> ssl.SSLContext | None:
         val = t.get(which, default)
         if val not in TLS_VERSIONS:
             raise WebConfigError(f"{name}: {k}{which}: expected one of {', '.join(TLS_VERSIONS)}, got {val!r}")
-        versions[which] = TLS_VERSIONS[val]
+        versions[which] = ssl.TLSVersion[TLS_VERSIONS[val]]
     if versions["min_version"] > versions["max_version"]:
         raise WebConfigError(f"{name}: {k}min_version: above max_version")
     try:
@@ -195,7 +199,7 @@ def _tls(v: Any, name: str, base: Path) -> ssl.SSLContext | None:
                                  f"({e.reason or e})") from None
     elif auth != "NoClientCert":
         raise WebConfigError(f"{name}: {k}client_ca_file: missing ({auth} verifies against it)")
-    ctx.verify_mode = CLIENT_AUTH[auth]
+    ctx.verify_mode = ssl.VerifyMode[CLIENT_AUTH[auth]]
     prefer = t.get("prefer_server_cipher_suites", True)
     if not isinstance(prefer, bool):
         raise WebConfigError(f"{name}: {k}prefer_server_cipher_suites: expected true or false")
@@ -278,7 +282,7 @@ class BasicAuth:
 
     def _key(self, user: str, password: str) -> tuple[bytes, bytes]:
         hashed = self.users.get(user, self._dummy)
-        return hashlib.sha256(b"\0".join((user.encode(), hashed, password.encode()))).digest(), hashed
+        return sha256(b"\0".join((user.encode(), hashed, password.encode()))).digest(), hashed
 
     def cached(self, creds: tuple[str, str]) -> bool | None:
         key, _ = self._key(*creds)

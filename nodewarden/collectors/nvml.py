@@ -1,4 +1,4 @@
-"""NVML collector: per-GPU fault counters and link state, read through nvidia-ml-py (pynvml).
+"""NVML collector: per-GPU fault counters and link state, read through :mod:`nodewarden.nvml`.
 
 Every series and the NVML function it comes from (NVML API Reference Guide, ``nvml.h``); the
 ``gpu`` label is the NVML device index (``nvmlDeviceGetHandleByIndex``), as a string:

@@ -1,11 +1,10 @@
-"""The /metrics bodies of :class:`nodewarden.agent.exporter.Exposition` in every format a scraper
-can ask for (text, OpenMetrics, each gzipped): byte for byte what prometheus_client itself gives
-for the same state (``generate_latest`` and ``openmetrics.exposition.generate_latest`` of
-``make_registry``, the format ``choose_encoder`` picks for the ``Accept`` header), with its
-Content-Type; each kept between changes (an unchanged state formats and compresses nothing: the
-same bytes object comes back, counted by wrapping prometheus_client's own encoders and
-``gzip.compress``), and a change formatting only the family that changed, in each format when
-that format is next asked for.
+"""The /metrics bodies of :class:`nodewarden.agent.exporter.Exposition` in both formats a scraper
+can ask for (text 0.0.4, OpenMetrics 1.0.0, each gzipped): byte for byte what prometheus_client
+itself gives for the same state (``generate_latest`` and ``openmetrics.exposition.generate_latest``
+of ``make_registry``), the format chosen by ``Accept`` as real scrapers send it; each kept between
+changes (an unchanged state formats and compresses nothing: the same bytes object comes back,
+counted by wrapping the agent's encoders and ``gzip.compress``), and a change formatting only the
+family that changed, in each format when that format is next asked for.
 
 The state is real: the polled collectors (InfiniBand, EDAC, PCIe, netclass) on the captured
 ``h100-hgx-ndr`` sysfs tree, and the agent's counters with label values and help text that need
@@ -23,6 +22,7 @@ from prometheus_client.openmetrics import exposition as om
 
 from nodewarden import collectors as registry
 from nodewarden.agent import exporter as ex
+from nodewarden.agent import textformat as tf
 from nodewarden.agent.exporter import Counters, make_registry
 from nodewarden.collectors.base import GAUGE, Sample
 
@@ -30,13 +30,18 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "sysfs" / "h100-hgx-ndr"
 
 # Accept headers scrapers send: Prometheus 2.x's default (OpenMetrics first), Prometheus 3's
-# text 1.0.0 with UTF-8 names allowed, the old text format, none at all.
+# default (scrape_protocols, q-weighted, UTF-8 names allowed), Prometheus 3 asked for text 1.0.0,
+# the old text format, none at all.
 PROM2 = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
          "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROM3 = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+         "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+         "text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
 PROM3_TEXT = "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5,*/*;q=0.1"
 OLD_TEXT = "text/plain;version=0.0.4"
 OM_CT = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-ACCEPTS = (PROM2, PROM3_TEXT, OLD_TEXT, "application/openmetrics-text", None)
+TEXT_CT = "text/plain; version=0.0.4; charset=utf-8"
+ACCEPTS = (PROM2, PROM3, PROM3_TEXT, OLD_TEXT, "application/openmetrics-text", None)
 
 
 def fixture_samples() -> list[ex.PolledSample]:
@@ -66,11 +71,11 @@ def state() -> tuple[Counters, list[ex.PolledSample]]:
 
 
 class Calls:
-    """prometheus_client's encoders and gzip.compress, wrapped to count calls."""
+    """The agent's two family encoders and gzip.compress, wrapped to count calls."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.text = self.om = self.gzip = 0
-        real_text, real_om, real_gzip = pe.generate_latest, om.generate_latest, gzip.compress
+        real_text, real_om, real_gzip = tf.text_block, tf.openmetrics_block, gzip.compress
 
         def text(*a: Any, **kw: Any) -> bytes:
             self.text += 1
@@ -83,11 +88,10 @@ class Calls:
         def compress(*a: Any, **kw: Any) -> bytes:
             self.gzip += 1
             return real_gzip(*a, **kw)
-        # choose_encoder looks both encoders up at each call: the wrapped ones are what it gives
-        monkeypatch.setattr(pe, "generate_latest", text)
-        monkeypatch.setattr(om, "generate_latest", openmetrics)
+        monkeypatch.setattr(tf, "text_block", text)
+        monkeypatch.setattr(tf, "openmetrics_block", openmetrics)
         monkeypatch.setattr(ex.gzip, "compress", compress)
-        self.real_text, self.real_om = real_text, real_om
+        self.real_text, self.real_om = pe.generate_latest, om.generate_latest
 
     def counts(self) -> tuple[int, int, int]:
         return self.text, self.om, self.gzip
@@ -100,24 +104,41 @@ def test_every_variant_is_prometheus_clients_bytes_with_its_content_type(state) 
     text, openm = pe.generate_latest(reg), om.generate_latest(reg)
     assert text != openm and openm.endswith(b"# EOF\n") and openm.count(b"# EOF") == 1
     assert b'dimm="DIMM \\"A1\\" \\\\ slot\\nB"' in text and b'where="\xc3\xa9\xe2\x80\x94\xc3\xbc"' in openm
-    want = {PROM2: (openm, OM_CT + "; escaping=underscores"),
-            PROM3_TEXT: (text, "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8"),
-            OLD_TEXT: (text, "text/plain; version=0.0.4; charset=utf-8"),
-            "application/openmetrics-text": (openm, OM_CT),
-            None: (text, "text/plain; version=0.0.4; charset=utf-8")}
+    want = {PROM2: (openm, OM_CT), PROM3: (openm, OM_CT), PROM3_TEXT: (text, TEXT_CT), OLD_TEXT: (text, TEXT_CT),
+            "application/openmetrics-text": (openm, OM_CT), None: (text, TEXT_CT)}
     for accept in ACCEPTS:
-        encoder, content_type = pe.choose_encoder(accept or "")
-        assert (encoder(reg), content_type) == want[accept]  # prometheus_client's own answer
         body, ctype, enc = expo.serve(accept, None)
         assert (body, ctype, enc) == (*want[accept], None), accept
         zbody, zctype, zenc = expo.serve(accept, "gzip, deflate, br")
         assert (zctype, zenc) == (ctype, "gzip") and zbody[:2] == b"\x1f\x8b"
         assert gzip.decompress(zbody) == body and len(zbody) < len(body) / 3
     assert expo.render() == text
-    # Accept-Encoding as prometheus_client reads it: gzip named (any case, with parameters), or not
-    assert expo.serve(None, "GZIP;q=1.0")[2] == "gzip"
-    for no in ("identity", "deflate, br", "", None, "x-gzip"):
+    # Accept-Encoding: gzip named (any case, with parameters, x-gzip) or *, with q above 0
+    for yes in ("GZIP;q=1.0", "x-gzip", "*", "br, *;q=0.1", "deflate, gzip;q=0.5"):
+        assert expo.serve(None, yes)[2] == "gzip", yes
+    for no in ("identity", "deflate, br", "", None, "gzip;q=0", "*;q=0", "*, gzip;q=0", "gzip;q=0, *"):
         assert expo.serve(None, no)[2] is None, no
+
+
+@pytest.mark.parametrize("accept, want", [
+    ("text/plain;q=1, application/openmetrics-text;q=0.5", tf.TEXT),       # q decides, not the order
+    ("application/openmetrics-text;q=0.2, text/plain;q=0.9", tf.TEXT),
+    ("text/plain;q=0.5, application/openmetrics-text;version=1.0.0", tf.OPENMETRICS),
+    ("application/openmetrics-text;version=0.0.1", tf.TEXT),  # the pre-1.0 draft: not what is written
+    ("application/openmetrics-text;version=2.0.0", tf.TEXT),  # a later major version: not either
+    ("application/openmetrics-text;version=1.1.0", tf.OPENMETRICS),
+    ("application/openmetrics-text;version=abc", tf.TEXT),    # unreadable version: not this format
+    ("application/openmetrics-text; version=1.0.0=x", tf.TEXT),
+    ("APPLICATION/OpenMetrics-Text", tf.OPENMETRICS),         # media types are case-insensitive
+    ("application/openmetrics-text;q=0", tf.TEXT),            # q=0: not acceptable
+    ("application/openmetrics-text;q=abc", tf.OPENMETRICS),   # unreadable q: the default weight
+    ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", tf.TEXT),  # a browser
+    ("image/png", tf.TEXT),                                   # nothing acceptable: text, never 406
+    (",,;;=,", tf.TEXT),
+    ("text/plain;version=0.0.5", tf.TEXT),
+])
+def test_accept_chooses_by_weight_then_order(accept: str, want: tf.Format) -> None:
+    assert tf.negotiate(accept) is want
 
 
 def test_an_unchanged_state_is_served_as_the_same_bytes_formatting_and_compressing_nothing(state, monkeypatch) -> None:
@@ -126,14 +147,13 @@ def test_an_unchanged_state_is_served_as_the_same_bytes_formatting_and_compressi
     expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
     first = {(a, z): expo.serve(a, z)[0] for a in (PROM2, OLD_TEXT) for z in (None, "gzip")}
     n_families = len(list(expo.collector.keyed_families()))
-    # each format formatted family by family once (+1: what it writes after the last family),
-    # each gzipped body compressed once
-    assert calls.counts() == (n_families + 1, n_families + 1, 2)
+    # each format formatted family by family once, each gzipped body compressed once
+    assert calls.counts() == (n_families, n_families, 2)
     assert expo.families_rendered == 2 * n_families and expo.bodies_compressed == 2
     for _ in range(3):
         for (a, z), body in first.items():
             assert expo.serve(a, z)[0] is body
-    assert calls.counts() == (n_families + 1, n_families + 1, 2)
+    assert calls.counts() == (n_families, n_families, 2)
     assert expo.families_rendered == 2 * n_families and expo.bodies_compressed == 2
 
 
@@ -143,7 +163,7 @@ def test_a_change_re_renders_the_changed_family_in_each_format_when_next_asked_f
     expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
     reg = make_registry(c.snapshot, lambda: list(polled))
 
-    def fresh() -> tuple[bytes, bytes]:  # prometheus_client's bytes, its calls not counted
+    def fresh() -> tuple[bytes, bytes]:  # prometheus_client's bytes
         return calls.real_text(reg), calls.real_om(reg)
 
     old = {z: (expo.serve(OLD_TEXT, z)[0], expo.serve(PROM2, z)[0]) for z in (None, "gzip")}
@@ -174,24 +194,9 @@ def test_a_change_re_renders_the_changed_family_in_each_format_when_next_asked_f
     assert expo.render() == text
 
 
-def test_formats_kept_are_bounded_and_a_version_prometheus_client_cannot_read_gets_text(state) -> None:
-    c, polled = state
-    expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
-    reg = make_registry(c.snapshot, lambda: list(polled))
-    text, openm = pe.generate_latest(reg), om.generate_latest(reg)
-    for minor in range(3 * ex.Exposition.MAX_FORMATS):  # versions are the client's to choose
-        body, ctype, _ = expo.serve(f"application/openmetrics-text;version=1.{minor}.0", None)
-        assert body == openm and ctype == f"application/openmetrics-text; version=1.{minor}.0; charset=utf-8; " \
-                                           "escaping=underscores"
-    assert len(expo._formats) == ex.Exposition.MAX_FORMATS
-    for bad in ("application/openmetrics-text;version=abc", "application/openmetrics-text; version=1.0.0=x"):
-        with pytest.raises(TypeError):
-            pe.choose_encoder(bad)  # prometheus_client's handler would fail the scrape
-        assert expo.serve(bad, None) == (text, "text/plain; version=0.0.4; charset=utf-8", None)
-
-
 def test_the_server_gets_the_same_answer_for_a_registry(state) -> None:
-    """A registry given to the HTTP server is negotiated the same way, rendered at each scrape."""
+    """A registry given to the HTTP server is negotiated the same way, rendered by prometheus_client
+    at each scrape: the same bytes as the agent's own encoders."""
     from nodewarden.agent.server import metrics_body
     c, polled = state
     expo = ex.Exposition(ex.AgentCollector(c.snapshot, lambda: list(polled)))
@@ -204,4 +209,4 @@ def test_the_server_gets_the_same_answer_for_a_registry(state) -> None:
             plain = [(gzip.decompress(b) if e else b, t, e) for b, t, e in answers]
             assert plain[0] == plain[1] == plain[2], (accept, z)
     text = pe.generate_latest(make_registry(c.snapshot, lambda: list(polled)))
-    assert metrics_body(lambda: text)(PROM2, "gzip") == (text, pe.CONTENT_TYPE_LATEST, None)
+    assert metrics_body(lambda: text)(PROM2, "gzip") == (text, TEXT_CT, None)
