@@ -100,6 +100,11 @@ def _add_validate_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+def _add_install_arguments(p: argparse.ArgumentParser) -> None:
+    from nodewarden.install import add_arguments
+    add_arguments(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="nodewarden", description="GPU-node hardware validator and fault telemetry.")
     p.add_argument("--version", action="version", version=f"nodewarden {__version__}")
@@ -153,8 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--out", metavar="DIR",
                     help="write the tables (Markdown, CSV), figures (PNG), report.md and report.html into DIR")
     an.add_argument("--hosts", help="comma-separated hosts to include")
-    an.add_argument("--paper-tables", metavar="DIR",
-                    help="directory of the paper's tables as CSV (table6_xid_counts.csv, ...) to compare with")
+    an.add_argument("--paper-tables", metavar="DIR", nargs="?",
+                    const=os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis", "reference",
+                                       "fireflyer"),
+                    help="compare each table cell by cell with the Fire-Flyer paper's (arXiv 2408.14158, Tables "
+                         "VI-VIII); with no DIR the copies shipped with nodewarden "
+                         "(nodewarden/analysis/reference/fireflyer), else DIR's CSVs of the same names "
+                         "(table6_xid_counts.csv, table7_memory_network_monthly.csv, table8_ib_flash_cuts_daily.csv)")
     an.add_argument("--nodes", type=_positive_int, metavar="N",
                     help="fleet size for the fleet MTBF (default: the hosts seen in the data)")
     an.add_argument("--window", type=_seconds_arg, default=60.0, metavar="SECONDS",
@@ -174,9 +184,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     si = sub.add_parser("simulate", help="write a synthetic fleet's kernel logs and their ground truth",
                         description="Per-node rotated kernel logs under DIR/<host>/ and DIR/ground_truth.csv; "
-                                    "fault rates from a TOML file (default: the Fire-Flyer 2 tables).")
-    si.add_argument("--nodes", type=int, help="number of nodes (default: the rates file's, 1250)")
-    si.add_argument("--days", type=int, help="days to simulate from --start (default: the rates file's span)")
+                                    "fault rates from a TOML file (default: the Fire-Flyer 2 tables). The file's "
+                                    "counts are fleet totals for its [fleet] nodes over its start..end, taken as "
+                                    "rates per node-day (the default's 12,970 Xids on 1250 nodes over 348 days: "
+                                    "0.030 Xids per node-day); the default fleet (1250 nodes, "
+                                    "2023-04-19..2024-03-31) holds the paper's Tables VI-VIII exactly.")
+    si.add_argument("--nodes", type=int,
+                    help="number of nodes (default: the rates file's [fleet] nodes, 1250). The file's counts are "
+                         "for its nodes over its span, i.e. rates per node-day: N nodes get N/nodes times each "
+                         "count (to within one fault), so a smaller or larger fleet keeps the per-node rates")
+    si.add_argument("--days", type=int,
+                    help="days to simulate from --start (default: the rates file's span, 348 days). Per-day rates "
+                         "are kept: a shorter window holds the part of the span's faults inside it, a longer one "
+                         "repeats the span's schedule")
+    si.add_argument("--fault-scale", type=float, metavar="F",
+                    help="multiply the rates file's fault counts by F instead of by --nodes / its nodes "
+                         "(1: the file's fleet-wide totals on any number of nodes)")
     si.add_argument("--out", required=True, metavar="DIR", help="directory to write into")
     si.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes the same files")
     si.add_argument("--rates", metavar="FILE",
@@ -189,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     si.set_defaults(func=cmd_simulate)
 
     ag = sub.add_parser("agent", help="follow the kernel log, poll NVML and sysfs, serve /metrics (systemd service)",
-                        description="Flags override the configuration file (see deploy/config/nodewarden-agent.toml).")
+                        description="Flags override the configuration file (--print-config prints the commented "
+                                    "default one, every key).")
     ag.add_argument("--config", metavar="FILE",
                     help="TOML configuration (default: /etc/nodewarden/agent.toml when it exists)")
     ag.add_argument("--listen", help="HOST:PORT for /metrics and /healthz (default 127.0.0.1:9764)")
@@ -210,7 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "nodewarden_collector_kmsg_injected_records_total)")
     ag.add_argument("--hostname", help="host label of events (default: this machine's name)")
     ag.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
+    ag.add_argument("--print-config", action="store_true",
+                    help="print the commented default configuration (TOML, every key) and exit")
     ag.set_defaults(func=cmd_agent)
+
+    # install's options are added when `install` is parsed: nodewarden.install is its own
+    ins = sub.add_parser("install", help="write the systemd units (and /etc/nodewarden/agent.toml when absent) "
+                                         "for this nodewarden", populate=_add_install_arguments)
+    ins.set_defaults(func=cmd_install)
     return p
 
 
@@ -223,8 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     is 0; Ctrl-C is 130; any other exception is a bug or a fault this code did not foresee:
     its traceback on stderr and 3 (``exitcodes.INCOMPLETE``, could not complete), never 2.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)  # the parser is not kept: ~130 KB for the agent's lifetime
     try:
         return int(args.func(args) or 0)
     except UsageError as e:
@@ -362,11 +392,15 @@ def _analyze_usage(args: argparse.Namespace) -> str | None:
     if args.paper_tables is not None and not os.path.isdir(args.paper_tables):
         return f"--paper-tables {args.paper_tables}: not a directory"
     if args.paper_tables is not None:
+        found = 0
         for name in tables.PAPER_FILES:
             try:
-                tables.read_paper_table(name, args.paper_tables)
+                found += tables.read_paper_table(name, args.paper_tables) is not None
             except ValueError as e:  # not a CSV table, or a column missing
                 return str(e)
+        if not found:  # e.g. a log directory taken for DIR: `analyze --paper-tables LOGS OTHER`
+            return (f"--paper-tables {args.paper_tables}: none of the paper's tables there "
+                    f"({', '.join(f for f, _, _ in tables.PAPER_FILES.values())})")
     if args.hosts is not None and not any(h.strip() for h in args.hosts.split(",")):
         return "--hosts names no host"
     return None
@@ -416,7 +450,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from nodewarden.analysis import simulate
     try:
         summary = simulate.simulate(args.out, nodes=args.nodes, days=args.days, seed=args.seed, rates=args.rates,
-                                    start=args.start, noise_per_node_day=args.noise)
+                                    start=args.start, noise_per_node_day=args.noise, fault_scale=args.fault_scale)
     except (OSError, ValueError) as e:  # --out not writable; a --rates file that is no fleet's rates
         raise UsageError(str(e)) from e
     print(json.dumps(summary))
@@ -424,8 +458,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
+    if args.print_config:
+        from nodewarden.install import example_config
+        sys.stdout.write(example_config())
+        return exitcodes.OK
     from nodewarden.agent import daemon
     return daemon.run(args)
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from nodewarden import install
+    try:
+        install.run(args)
+    except install.InstallError as e:
+        raise UsageError(str(e)) from e
+    except install.SystemctlError as e:
+        print(f"nodewarden: {e}", file=sys.stderr)
+        return exitcodes.INCOMPLETE
+    return exitcodes.OK
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,6 +23,12 @@ if ! command -v openssl >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl >/dev/null 2>&1 \
         || echo "warning: could not install openssl; the TLS tests will be skipped" >&2
 fi
+# systemd-analyze (Debian's systemd package) verifies the units `nodewarden install` writes.
+if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null 2>&1 \
+        || echo "warning: could not install systemd (systemd-analyze); the unit tests will be skipped" >&2
+fi
 # No virtual environment: install into this Python, as on a GPU node's image.
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # The validator's compute checks run on PyTorch's CPU build here (GPU nodes bring their own

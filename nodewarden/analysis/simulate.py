@@ -18,8 +18,21 @@ All formats carry wall-clock times (RFC 3164 syslog with the ``[mono]`` stamp, R
 a rotation point, so no record is mistaken for a copy of another across files.
 
 The rates come from a TOML file (``fleet_default.toml``: the Fire-Flyer 2 paper's Tables VI, VII
-and VIII; see its comments). The schedule is drawn over the file's whole span and then cut to the
-requested window, so a window returns exactly the part of the tables that falls inside it.
+and VIII; see its comments). Its counts are those of its ``[fleet]`` nodes over its span
+(``start``..``end``), so they are rates per node-day: :func:`window_schedule` scales them to the
+fleet simulated and repeats them over the window.
+* Days: the schedule is drawn over the file's whole span and then cut to the requested window,
+  so a window inside the span returns exactly the part of the tables that falls inside it (the
+  same per-day rates); a window reaching outside it gets the span's schedule again, drawn anew
+  and shifted by whole spans (a two-span window holds every count twice).
+* Nodes: ``nodes`` other than the file's multiply every count by ``nodes / [fleet] nodes``
+  (``fault_scale`` sets the factor instead; 1 keeps the file's fleet-wide totals on any fleet):
+  the schedule is drawn ceil(factor) times and each (kind, Xid, table source) group keeps
+  floor(n * factor) or ceil(n * factor) of the n lines the file gives it (the fraction decides
+  which, drawn from the seed; an Xid 13 burst is cut short to fit), faults chosen uniformly, so
+  every count of the tables is the file's times the factor to within one per group.
+With the file's nodes and a window inside its span nothing is scaled or repeated: the schedule
+is the file's, drawn as before.
 
 Kinds beyond the paper (NVSwitch SXid, PCIe AER, reset-required GPUs, AMD MCA and GHES memory
 errors) are off unless the rates file's ``[beyond_paper]`` table gives them a count over the span
@@ -40,6 +53,7 @@ import bisect
 import csv
 import datetime as dt
 import gzip
+import math
 import os
 import random
 import tomllib
@@ -262,6 +276,7 @@ def load_rates(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
 
 
 MAX_COUNT = 10_000_000  # faults of one kind: a hundred times the default year's largest (74: 5,521)
+MAX_SCALE = 10_000  # fault_scale: the default rates on 12.5 million nodes; each whole unit is one more draw
 _TABLES = ("fleet", "chains", "xid_year", "xid_monthly", "cpu_ecc_monthly", "ib_monthly", "ib_month_source", "ib_daily",
            "beyond_paper")
 
@@ -288,6 +303,10 @@ def check_rates(rates: dict[str, Any]) -> None:
                 raise ValueError(f"rates: [xid_monthly.\"{month}\"] {key!r} = {n!r} is not a whole number from 0 "
                                  f"to {MAX_COUNT:,}")
     fleet = rates.get("fleet", {})
+    nodes = fleet.get("nodes")
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_COUNT):
+        raise ValueError(f"rates: [fleet] nodes = {nodes!r} is not a whole number from 1 to {MAX_COUNT:,} "
+                         "(the fleet its counts are for)")
     for key in ("noise_per_node_day", "reboots_per_node_year"):
         v = fleet.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6):
@@ -336,11 +355,21 @@ class _Fault:
         self.rows: list[dict[str, Any]] = []
 
 
+def rates_span(rates: dict[str, Any]) -> tuple[int, int]:
+    """The rates file's span ``[start, end + 1 day)`` in UTC microseconds since the epoch."""
+    fleet = rates.get("fleet", {})
+    return _us(_date(fleet.get("start", "2023-04-19"))), _us(_date(fleet.get("end", "2024-03-31"))) + DAY_US
+
+
+def rates_nodes(rates: dict[str, Any]) -> int:
+    """The fleet size the rates file's counts are for (``[fleet] nodes``, default 1250)."""
+    return int(rates.get("fleet", {}).get("nodes", 1250))
+
+
 def _schedule(rates: dict[str, Any], rng: random.Random) -> tuple[list[_Fault], int, int]:
     """Fault times over the rates file's whole span (before hosts are assigned)."""
     fleet = rates.get("fleet", {})
-    span_a = _us(_date(fleet.get("start", "2023-04-19")))
-    span_b = _us(_date(fleet.get("end", "2024-03-31"))) + DAY_US
+    span_a, span_b = rates_span(rates)
     faults: list[_Fault] = []
 
     def within(a: int, b: int) -> tuple[int, int]:
@@ -462,6 +491,61 @@ def _chain(rates: dict[str, Any], faults: list[_Fault], rng: random.Random) -> N
             head.t = tail.t - head.lead_us
 
 
+def window_schedule(rates: dict[str, Any], rng: random.Random, seed: int, win_a: int, win_b: int,
+                    scale: float) -> list[_Fault]:
+    """The faults of ``[win_a, win_b)`` (UTC microseconds) for a fleet ``scale`` times the rates
+    file's (``scale``: a finite number >= 0; nodes / ``[fleet] nodes`` for per-node-day rates).
+
+    Period k of the window is the rates span shifted by k spans; each period draws the span's
+    schedule ceil(scale) times (period 0's first draw from ``rng``, as :func:`_schedule` alone
+    would, every other one from a stream of its own), and when ``scale`` is not a whole number
+    each (kind, Xid, table source) group of a period keeps floor or ceil of n * scale / draws
+    of its n drawn lines (one a fault; an Xid 13 burst 1-3, the last one kept cut short to
+    fit), faults chosen uniformly (stream ``"{seed}:scale"``). A chain whose other end is left
+    out is on its own. Sorted by time. ValueError: span empty, bad ``scale``."""
+    if not 0 <= scale <= MAX_SCALE:  # NaN too
+        raise ValueError(f"fault scale must be from 0 to {MAX_SCALE:,}, not {scale}")
+    span_a, span_b = rates_span(rates)
+    length = span_b - span_a
+    if length <= 0:
+        raise ValueError("rates: [fleet] end is before start")
+    draws = max(1, math.ceil(scale))
+    sampler = random.Random(f"{seed}:scale")
+    faults: list[_Fault] = []
+    for k in range((win_a - span_a) // length, -((span_a - win_b) // length)):  # periods meeting the window
+        drawn: list[_Fault] = []
+        for r in range(draws):
+            part = _schedule(rates, rng if k == r == 0 else random.Random(f"{seed}:schedule:{k}:{r}"))[0]
+            for f in part:
+                f.t += k * length
+            drawn += part
+        if scale != draws:
+            groups: dict[tuple[str, int, str], list[_Fault]] = {}
+            for f in drawn:
+                groups.setdefault((f.kind, f.xid or 0, f.source), []).append(f)
+            drawn = []
+            for key in sorted(groups):
+                group = groups[key]
+                want = sum(f.burst for f in group) * scale / draws  # lines: an Xid 13 fault prints 1-3
+                keep = math.floor(want) + (sampler.random() < want - math.floor(want))
+                taken = 0
+                for f in sampler.sample(group, len(group)):  # in random order, until keep lines
+                    if taken >= keep:
+                        break
+                    f.burst = min(f.burst, keep - taken)  # the last burst kept may be cut short
+                    taken += f.burst
+                    drawn.append(f)
+        faults += (f for f in drawn if win_a <= f.t < win_b)
+    kept = set(map(id, faults))
+    for f in faults:  # a chain cut by the window or the scaling: what is left is on its own
+        if f.lead is not None and id(f.lead) not in kept:
+            f.lead = None
+        if f.after is not None and id(f.after) not in kept:
+            f.after = None
+    faults.sort(key=lambda f: (f.t, f.kind, f.xid or 0))
+    return faults
+
+
 def _pick_formats(hosts: int, weights: dict[str, float], seed: int) -> list[str]:
     names = sorted(weights)
     w = [float(weights[n]) for n in names]
@@ -505,8 +589,14 @@ def _fill(rng: random.Random, template: str, code: int = 0) -> str:
 def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: int | None = None,
              seed: int = 0, rates: dict[str, Any] | str | os.PathLike[str] | None = None,
              start: dt.date | str | None = None, noise_per_node_day: float | None = None,
-             gzip_level: int = 6) -> dict[str, Any]:
-    """Write the fleet's logs and ``ground_truth.csv`` under ``out_dir``; returns a summary."""
+             gzip_level: int = 6, fault_scale: float | None = None) -> dict[str, Any]:
+    """Write the fleet's logs and ``ground_truth.csv`` under ``out_dir``; returns a summary
+    (``nodes``, ``start``, ``end``, ``fault_scale``, ``faults``, ``truth_rows``, ``files``, ``lines``).
+
+    ``nodes`` (default ``[fleet] nodes``) and ``days`` from ``start`` (default the rates span)
+    keep the rates file's per-node-day rates: its counts are multiplied by ``fault_scale``
+    (default ``nodes / [fleet] nodes``) and repeated past its span (:func:`window_schedule`).
+    ValueError: bad rates, arguments, or a non-empty ``out_dir``."""
     if not isinstance(rates, dict):
         rates = load_rates(rates)
     check_rates(rates)
@@ -520,19 +610,14 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
     noise = float(noise_per_node_day if noise_per_node_day is not None else fleet.get("noise_per_node_day", 8))
     if not 0 <= noise <= 1e6:  # NaN too
         raise ValueError(f"noise per node and day must be from 0 to 1e6, not {noise}")
+    scale = float(fault_scale) if fault_scale is not None else nodes / rates_nodes(rates)
     rng = random.Random(f"{seed}:schedule")
-    faults, span_a, span_b = _schedule(rates, rng)
+    span_a, span_b = rates_span(rates)
     win_a = _us(_date(start)) if start is not None else span_a
     win_b = win_a + int(days) * DAY_US if days is not None else span_b
     if win_b <= win_a:
         raise ValueError("--days must be at least 1")
-    faults = [f for f in faults if win_a <= f.t < win_b]
-    kept = set(map(id, faults))
-    for f in faults:  # a chain cut by the window: what is left is on its own
-        if f.lead is not None and id(f.lead) not in kept:
-            f.lead = None
-        if f.after is not None and id(f.after) not in kept:
-            f.after = None
+    faults = window_schedule(rates, rng, seed, win_a, win_b, scale)
     rot_days = int(fleet.get("rotation_days", 7))
     if rot_days < 1:
         raise ValueError("rotation_days must be at least 1")
@@ -699,7 +784,7 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
         w.writeheader()
         w.writerows(truth_rows)
     os.utime(out / "ground_truth.csv", (win_b / US, win_b / US))  # same seed, same files, same mtimes
-    return {"nodes": nodes, "start": _iso(win_a), "end": _iso(win_b), "faults": len(faults),
+    return {"nodes": nodes, "start": _iso(win_a), "end": _iso(win_b), "fault_scale": scale, "faults": len(faults),
             "truth_rows": len(truth_rows), "files": files, "lines": total_lines}
 
 
@@ -845,7 +930,6 @@ def _poisson(rng: random.Random, lam: float) -> int:
         return 0
     if lam > 30:
         return max(0, round(rng.gauss(lam, lam ** 0.5)))
-    import math
     limit, k, p = math.exp(-lam), 0, 1.0
     while True:
         p *= rng.random()

@@ -749,10 +749,15 @@ PAPER_FILES = {"table6": ("table6_xid_counts.csv", "xid", ("count",)),
                "table8": ("table8_ib_flash_cuts_daily.csv", "date", ("failure_count",))}
 
 
+# The paper's Tables VI, VII and VIII as CSV, shipped with the package (package data; their
+# source and what was transcribed: SOURCE.md there). `analyze --paper-tables` with no DIR.
+PAPER_DIR = Path(__file__).resolve().with_name("reference") / "fireflyer"
+
+
 def default_paper_dir() -> Path | None:
-    """The repository's ``shared/reference/fireflyer`` when it is there (a source checkout)."""
-    p = Path(__file__).resolve().parents[3] / "shared" / "reference" / "fireflyer"
-    return p if p.is_dir() else None
+    """The paper's tables shipped with nodewarden (:data:`PAPER_DIR`), or None when an
+    installation lacks them."""
+    return PAPER_DIR if PAPER_DIR.is_dir() else None
 
 
 def read_paper_table(name: str, paper_dir: str | Path | None = None) -> pd.DataFrame | None:

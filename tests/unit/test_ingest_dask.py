@@ -38,7 +38,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small simulated fleet, copies of one file under two names on several nodes, one
     truncated archive and one file that cannot be read."""
     out = tmp_path_factory.mktemp("fleet")
-    simulate(out, nodes=10, days=45, seed=5)
+    simulate(out, nodes=10, days=45, seed=5, fault_scale=1.0)  # the default fleet's faults on 10 nodes
     nodes = sorted(p for p in out.iterdir() if p.is_dir())
     for node in nodes[:6]:
         if (node / "kern.log.1").exists():

@@ -13,7 +13,7 @@ from nodewarden.analysis import figures, report, stats, tables
 from nodewarden.analysis.ingest import IngestStats
 from nodewarden.cli import main
 
-PAPER_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "fireflyer"
+PAPER_DIR = Path(__file__).resolve().parents[2] / "nodewarden" / "analysis" / "reference" / "fireflyer"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -206,14 +206,81 @@ def test_compare_with_paper(tmp_path: Path) -> None:
 
 
 def test_paper_tables_disagree_on_october_2023() -> None:
-    if not (PAPER_DIR / "table7_memory_network_monthly.csv").exists():
-        pytest.skip(f"paper tables not found in {PAPER_DIR}")
     p7 = tables.read_paper_table("table7", PAPER_DIR).astype({c: int for c in tables.TABLE7_COLUMNS[1:]})
     p8 = tables.read_paper_table("table8", PAPER_DIR).astype({"failure_count": int})
     d = tables.flash_cut_discrepancies(p7, p8)
     assert [(x["month"], x["table7"], x["table8_sum"]) for x in d] == [("2023-10", 29, 13)]
     assert tables.compare_with_paper(p7, "table7", PAPER_DIR).empty
     assert tables.compare_with_paper(p8, "table8", PAPER_DIR).empty
+
+
+def test_packaged_paper_tables_are_the_papers() -> None:
+    """The CSVs shipped with the package hold the paper's Tables VI, VII and VIII as printed
+    (arXiv 2408.14158v2, Appendix): row counts, totals, and cells read off the paper."""
+    assert tables.default_paper_dir() == tables.PAPER_DIR == PAPER_DIR
+    assert sorted(p.name for p in PAPER_DIR.iterdir()) == sorted(
+        [f for f, _, _ in tables.PAPER_FILES.values()] + ["SOURCE.md"])
+    source = (PAPER_DIR / "SOURCE.md").read_text()
+    assert "2408.14158" in source and all(f in source for f, _, _ in tables.PAPER_FILES.values())
+
+    t6 = tables.read_paper_table("table6", PAPER_DIR)
+    rows6 = t6[t6["xid"] != ""]
+    assert len(rows6) == 16 and t6.iloc[-1]["gpu_error_type"] == "Total" and t6.iloc[-1]["count"] == "12970"
+    assert rows6["count"].astype(int).sum() == 12970
+    cell = {int(r["xid"]): r for _, r in rows6.iterrows()}
+    assert (cell[74]["gpu_error_type"], cell[74]["count"], cell[74]["percentage_as_printed"]) == (
+        "NVLink Error", "5521", "42.57%")
+    assert (cell[43]["count"], cell[31]["count"], cell[119]["count"]) == ("4342", "2487", "1")
+    for r in cell.values():  # the recomputed column is the count's share, to 4 decimals
+        assert float(r["percentage_recomputed"]) == round(100 * int(r["count"]) / 12970, 4)
+
+    t7 = tables.read_paper_table("table7", PAPER_DIR)
+    assert list(t7["month"]) == ["2023-10", "2023-11", "2023-12", "2024-01", "2024-02", "2024-03", "Total"]
+    n7 = t7.set_index("month").astype(int)
+    assert list(n7.loc["Total"]) == [54, 89, 120, 1, 15, 7, 6, 292]
+    assert n7.loc["2023-10", "network_flash_cut"] == 29 and n7.loc["2024-03", "xid_79"] == 6
+    assert (n7.drop("Total").sum() == n7.loc["Total"]).all()
+    assert (n7.drop(columns="total").sum(axis=1) == n7["total"]).all()
+
+    t8 = tables.read_paper_table("table8", PAPER_DIR)
+    days = dict(zip(t8["date"], t8["failure_count"].astype(int)))
+    assert len(days) == 101 and sum(days.values()) == 213
+    assert (min(days), max(days)) == ("2023-04-19", "2024-03-31")
+    assert days["2023-05-28"] == 10 and days["2023-06-16"] == 0 and days["2024-02-03"] == 5
+
+
+def _one_node_logs(root: Path) -> Path:
+    node = root / "logs" / "node01"
+    node.mkdir(parents=True)
+    node.joinpath("kern.log").write_text(
+        "2023-10-01T00:00:00+00:00 node01 kernel: mlx5_core 0000:4b:00.0: mlx5_0: Port: 1 Link DOWN\n"
+        "2023-10-01T00:00:05+00:00 node01 kernel: mlx5_core 0000:4b:00.0: mlx5_0: Port: 1 Link ACTIVE\n"
+        "2023-10-01T00:00:10+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid='<unknown>', "
+        "name=<unknown>, GPU has fallen off the bus.\n")
+    return root / "logs"
+
+
+def test_analyze_paper_tables_without_dir_uses_the_packaged_ones(tmp_path: Path) -> None:
+    logs, out = _one_node_logs(tmp_path), tmp_path / "out"
+    assert main(["analyze", str(logs), "--no-cache", "--out", str(out), "--paper-tables"]) == 0
+    d6 = pd.read_csv(out / "paper_diff_table6.csv", dtype=str).set_index("key")
+    assert (d6.loc["74", "ours"], d6.loc["74", "paper"]) == ("0", "5521")
+    assert (d6.loc["79", "ours"], d6.loc["79", "paper"]) == ("1", "37")
+    d7 = pd.read_csv(out / "paper_diff_table7.csv", dtype=str)
+    oct_cut = d7[(d7["key"] == "2023-10") & (d7["column"] == "network_flash_cut")]
+    assert oct_cut[["ours", "paper"]].values.tolist() == [["1", "29"]]
+    d8 = pd.read_csv(out / "paper_diff_table8.csv", dtype=str).set_index("key")
+    assert (d8.loc["2023-10-01", "ours"], d8.loc["2023-10-01", "paper"]) == ("1", "0")
+    disc = (out / "discrepancies.csv").read_text()
+    assert "not found" not in disc and "the paper's Table VII" in disc and "2023-10" in disc
+
+
+def test_analyze_paper_tables_dir_without_tables_is_a_usage_error(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A DIR holding none of the tables (say a log directory taken for DIR) is refused, exit 2."""
+    logs = _one_node_logs(tmp_path)
+    assert main(["analyze", "--paper-tables", str(logs), str(logs), "--no-cache"]) == 2
+    assert "none of the paper's tables there" in capsys.readouterr().err
 
 
 def _is_png(p: Path) -> bool:
