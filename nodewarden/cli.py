@@ -169,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fleet size for the fleet MTBF (default: the hosts seen in the data)")
     an.add_argument("--window", type=_seconds_arg, default=60.0, metavar="SECONDS",
                     help="window of faults that come together on one host (default 60)")
+    an.add_argument("--quiet", action="store_true", help="no progress on stderr")
     an.set_defaults(func=cmd_analyze)
 
     xi = sub.add_parser("xid", help="explain an Xid code")
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     si.add_argument("--start", type=lambda t: dt.date.fromisoformat(t), metavar="YYYY-MM-DD",
                     help="first day (default: the rates file's start, 2023-04-19)")
     si.add_argument("--noise", type=float, metavar="LINES", help="ordinary kernel lines per node per day (mean)")
+    si.add_argument("--quiet", action="store_true", help="no progress on stderr")
     si.set_defaults(func=cmd_simulate)
 
     ag = sub.add_parser("agent", help="follow the kernel log, poll NVML and sysfs, serve /metrics (systemd service)",
@@ -285,7 +287,7 @@ def _is_cluster_error(e: BaseException) -> bool:
 
 
 def _ingest(args: argparse.Namespace, kinds: frozenset[str] | None, hosts: frozenset[str] | None = None,
-            link_grace_s: float = 0.0):
+            link_grace_s: float = 0.0, progress: Callable[[Any], None] | None = None):
     """``ingest()`` of the command's inputs: (events iterator, stats). ``kinds`` (None: every
     kind), ``hosts`` and ``link_grace_s`` as :class:`nodewarden.analysis.ingest.Filters` takes
     them. Raises UsageError when ``--scheduler`` cannot be used (unreachable, no [dask] extra)."""
@@ -307,7 +309,7 @@ def _ingest(args: argparse.Namespace, kinds: frozenset[str] | None, hosts: froze
         return ingest(args.paths, filters=filters, tz=args.tz, boot_time=args.boot_time,
                       dedupe=not args.no_dedupe, on_error=on_error, jobs=getattr(args, "jobs", 1),
                       cache_dir=cache_dir, scheduler=getattr(args, "scheduler", None),
-                      exclude=[args.out] if getattr(args, "out", None) else [])
+                      exclude=[args.out] if getattr(args, "out", None) else [], progress=progress)
     except ClusterError as e:  # raised at once only for a --scheduler that cannot be used
         raise UsageError(str(e)) from e
 
@@ -355,14 +357,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if problem:
         raise UsageError(problem)
     hosts = frozenset(h.strip() for h in args.hosts.split(",") if h.strip()) if args.hosts else None
-    events, stats = _ingest(args, tables.kinds_to_read(args.kind), hosts, link_grace_s=tables.FLASH_CUT_GRACE_S)
+    from nodewarden.progress import Progress, for_ingest
+    progress = Progress("analyze", quiet=getattr(args, "quiet", False))
+    events, stats = _ingest(args, tables.kinds_to_read(args.kind), hosts, link_grace_s=tables.FLASH_CUT_GRACE_S,
+                            progress=for_ingest(progress))
     try:
-        rc = report.run(events, stats, out_dir=args.out, since=args.since, until=args.until,
+        rc = report.run(progress.closing(events), stats, out_dir=args.out, since=args.since, until=args.until,
                         paper_dir=args.paper_tables, nodes=args.nodes, window=args.window)
     except OSError as e:
         if args.out is not None and _names_path_in(e, args.out):  # --out not writable
             raise UsageError(f"cannot write the report: {e}") from e
         raise
+    finally:
+        progress.close()
     if hosts is not None and stats.events == 0:
         print(f"nodewarden: no event of --hosts {','.join(sorted(hosts))} in the inputs", file=sys.stderr)
     return rc
@@ -380,6 +387,30 @@ def _names_path_in(e: OSError, directory: str) -> bool:
     return False
 
 
+def _out_dir_problem(option: str, path: str) -> str | None:
+    """Why ``path`` cannot be the output directory of ``option`` (analyze's and simulate's
+    ``--out``), or None; checked before any work. An existing directory must be writable; a
+    missing one is made by the command, parents too, so its nearest existing ancestor must be a
+    writable directory (a path under a regular file fails for root as well). Nothing is created."""
+    if not path:
+        return f"{option}: an empty path"
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        if os.path.islink(probe):
+            return f"{option} {path}: {probe} is a broken symbolic link"
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        if probe == os.path.abspath(path):
+            return f"{option} {path}: exists and is not a directory"
+        return f"{option} {path}: cannot be created, {probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{option} {path}: {probe} is not writable"
+    return None
+
+
 def _analyze_usage(args: argparse.Namespace) -> str | None:
     """What is wrong with analyze's arguments (checked before any log is read), or None. The
     ``--paper-tables`` files are read here, so a file that is no table is a usage error."""
@@ -387,8 +418,8 @@ def _analyze_usage(args: argparse.Namespace) -> str | None:
     problem = _input_usage(args)
     if problem:
         return problem
-    if args.out is not None and os.path.exists(args.out) and not os.path.isdir(args.out):
-        return f"--out {args.out}: exists and is not a directory"
+    if args.out is not None and (problem := _out_dir_problem("--out", args.out)):
+        return problem
     if args.paper_tables is not None and not os.path.isdir(args.paper_tables):
         return f"--paper-tables {args.paper_tables}: not a directory"
     if args.paper_tables is not None:
@@ -448,9 +479,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from nodewarden.analysis import simulate
+    from nodewarden.progress import Progress, for_simulate
+    problem = _out_dir_problem("--out", args.out)
+    if problem:  # before the schedule is drawn: a big fleet takes a while
+        raise UsageError(problem)
     try:
-        summary = simulate.simulate(args.out, nodes=args.nodes, days=args.days, seed=args.seed, rates=args.rates,
-                                    start=args.start, noise_per_node_day=args.noise, fault_scale=args.fault_scale)
+        with Progress("simulate", quiet=getattr(args, "quiet", False)) as progress:
+            summary = simulate.simulate(args.out, nodes=args.nodes, days=args.days, seed=args.seed, rates=args.rates,
+                                        start=args.start, noise_per_node_day=args.noise, fault_scale=args.fault_scale,
+                                        progress=for_simulate(progress))
     except (OSError, ValueError) as e:  # --out not writable; a --rates file that is no fleet's rates
         raise UsageError(str(e)) from e
     print(json.dumps(summary))

@@ -29,6 +29,11 @@ if ! command -v systemd-analyze >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd >/dev/null 2>&1 \
         || echo "warning: could not install systemd (systemd-analyze); the unit tests will be skipped" >&2
 fi
+# chromium (headless) renders report.html as a person sees it in the report browser test.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+        || echo "warning: could not install chromium; the report browser test will be skipped (fails under CI=true)" >&2
+fi
 # No virtual environment: install into this Python, as on a GPU node's image.
 export PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # The validator's compute checks run on PyTorch's CPU build here (GPU nodes bring their own

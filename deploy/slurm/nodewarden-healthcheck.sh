@@ -45,9 +45,22 @@ log() {
     fi
 }
 
-# A Slurm reason: printable ASCII only, one line, at most REASON_MAX characters.
+# A Slurm reason: printable ASCII only, one line, at most REASON_MAX characters. A longer one is
+# cut at the last space that leaves room for "..." (ASCII, as the rest), a first word longer than
+# that mid-word; a REASON_MAX of 3 or less has no room for the dots and is cut hard.
 clean() {
-    head -n 1 | LC_ALL=C tr -cd '\40-\176' | cut -c "1-$REASON_MAX"
+    head -n 1 | LC_ALL=C tr -cd '\40-\176' | LC_ALL=C awk -v max="$REASON_MAX" '
+        { s = $0; max += 0
+          if (length(s) <= max) { print s; exit }
+          if (max <= 3) { print substr(s, 1, max); exit }
+          cut = max - 3
+          head = substr(s, 1, cut + 1)  # a space just after the room still ends a whole word
+          sp = 0
+          for (i = cut + 1; i > 0; i--) if (substr(head, i, 1) == " ") { sp = i; break }
+          out = (sp > 0) ? substr(s, 1, sp - 1) : substr(s, 1, cut)
+          sub(/ +$/, "", out)
+          if (out == "") out = substr(s, 1, cut)
+          print out "..."; exit }'
 }
 
 drain() {

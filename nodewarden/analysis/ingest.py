@@ -429,6 +429,19 @@ class _Unit:
         return self.read is None
 
 
+class ReadProgress(NamedTuple):
+    """Where an :func:`ingest` run stands once one more input is taken, in input order (with a
+    pool or a Dask cluster: as its results come back to this process)."""
+
+    input_id: str  # the input just taken (a path, or - for stdin)
+    host: str | None  # the host its lines belong to when they do not say (from the path)
+    inputs_done: int
+    inputs: int  # inputs of the run: files found under the paths, and stdin
+    bytes_done: int  # size on disk of the inputs taken (a compressed file's compressed size)
+    bytes_total: int  # of every regular file of the run (stdin and devices count 0)
+    events: int  # events selected so far (stats.events)
+
+
 def _not_read(input_id: str, why: str) -> list[Result]:
     return [Result(input_id, [], Outcome(None, None, why, False))]
 
@@ -460,8 +473,11 @@ class _Run:
 
     def __init__(self, filters: Filters, tz: str | None, boot_time: dt.datetime | None, dedupe: bool,
                  stdin: IO[bytes] | None, on_error: Callable[[str], None] | None, jobs: int,
-                 cache: str | None, dask: Any) -> None:
+                 cache: str | None, dask: Any, progress: Callable[[ReadProgress], None] | None = None) -> None:
         self.stats = IngestStats()
+        self.progress = progress
+        self.sizes: dict[str, tuple[int, str | None]] = {}  # input id: (bytes on disk, host)
+        self.bytes_total = self.bytes_done = self.inputs_done = self.inputs = 0
         self.filters, self.tz, self.boot_time, self.dedupe = filters, tz, boot_time, dedupe
         self.stdin, self.on_error, self.jobs, self.cache, self.dask = stdin, on_error, jobs, cache, dask
         self.deduper: CopyDeduper | None = None
@@ -477,9 +493,15 @@ class _Run:
         files, errors = expand_paths([p for p in paths if p != "-"], exclude=list(exclude))
         # Copies exist only across inputs: with one input there is nothing to de-duplicate.
         self.deduper = CopyDeduper() if self.dedupe and len(files) + ("-" in paths) > 1 else None
+        self.inputs = len(files) + ("-" in paths)
         for err in errors:
             self.report(str(err))
         units = self._plan(paths, files)
+        if self.progress is not None:
+            for f in files:
+                st = _stat(f)
+                self.sizes[str(f.path)] = (st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0, f.host)
+            self.bytes_total = sum(size for size, _ in self.sizes.values())
         pool = self._pool(units)
         tasks = _Tasks(pool, units, self._submitter(pool)) if pool is not None else None
         finished = False
@@ -566,12 +588,17 @@ class _Run:
         assert outcome is not None
         if outcome.error is not None:
             self.report(outcome.error)
-        if not outcome.counted:
-            return
-        self.stats.files += 1
-        if outcome.records is not None:
-            self.stats.records += outcome.records
-            self.stats.unparsed += outcome.unparsed  # type: ignore[operator]
+        if outcome.counted:
+            self.stats.files += 1
+            if outcome.records is not None:
+                self.stats.records += outcome.records
+                self.stats.unparsed += outcome.unparsed  # type: ignore[operator]
+        if self.progress is not None:
+            size, host = self.sizes.get(r.input_id, (0, None))
+            self.inputs_done += 1
+            self.bytes_done += size
+            self.progress(ReadProgress(r.input_id, host, self.inputs_done, self.inputs,
+                                       self.bytes_done, self.bytes_total, self.stats.events))
 
     def _select(self, events: Iterable[FaultEvent], input_id: str) -> Generator[FaultEvent, None, Any]:
         """The events of one input that are no copy and pass the filters; returns what a
@@ -615,7 +642,8 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
            on_error: Callable[[str], None] | None = None, jobs: int | None = 1,
            cache_dir: str | os.PathLike[str] | None = None,
            scheduler: str | None = None,
-           exclude: Iterable[str | os.PathLike[str]] = ()) -> tuple[Iterator[FaultEvent], IngestStats]:
+           exclude: Iterable[str | os.PathLike[str]] = (),
+           progress: Callable[[ReadProgress], None] | None = None) -> tuple[Iterator[FaultEvent], IngestStats]:
     """Events from ``paths`` (``-`` is stdin) and the stats, filled as the iterator is consumed.
 
     Unreadable inputs are reported through ``on_error`` (and ``stats.errors``) and skipped; the
@@ -630,6 +658,9 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
     nodewarden.analysis.cluster). Raises ClusterError at once when it cannot be reached, and
     from the iterator when the cluster loses a task. Directories in ``exclude`` are not read
     (a report directory inside the logs' directory).
+
+    ``progress``, when given, is called with a :class:`ReadProgress` each time an input's events
+    have been taken (the events of the runs with and without it are the same).
     """
     paths = list(paths)
     jobs = (os.cpu_count() or 1) if jobs is None else max(1, int(jobs))
@@ -638,5 +669,5 @@ def ingest(paths: Iterable[str], filters: Filters | None = None, tz: str | None 
     if scheduler is not None:
         from nodewarden.analysis.cluster import DaskPool
         dask = DaskPool(scheduler)
-    run = _Run(filters or Filters(), tz, boot_time, dedupe, stdin, on_error, jobs, cache, dask)
+    run = _Run(filters or Filters(), tz, boot_time, dedupe, stdin, on_error, jobs, cache, dask, progress)
     return run.events(paths, exclude), run.stats

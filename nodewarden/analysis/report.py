@@ -50,6 +50,16 @@ def _fmt_floats(t: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     return out
 
 
+# Columns of percentages (0-100) whose names do not say so, and the names the report gives them
+# in every form it writes (CSV, Markdown, HTML, the terminal).
+PERCENT_COLUMNS = {"share": "share (%)", "cumulative_share": "cumulative_share (%)"}
+
+
+def label_percent_columns(t: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``t`` with :data:`PERCENT_COLUMNS` renamed to say they hold percentages."""
+    return t.rename(columns=PERCENT_COLUMNS)
+
+
 def _markdown(t: pd.DataFrame) -> str:
     return t.to_markdown(index=False) if len(t) else "(none)"
 
@@ -96,7 +106,7 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
     t6 = tables.table6_xid_counts(df)
     t7 = tables.table7_memory_network_monthly(df, cuts)
     t8 = tables.table8_ib_flash_cuts_daily(cuts)
-    rep = fstats.repeat_offenders(df, cuts, top=top)
+    rep = {k: label_percent_columns(v) for k, v in fstats.repeat_offenders(df, cuts, top=top).items()}
     fleet = fstats.mtbf(df, cuts, since=since, until=until, nodes=nodes)
     per_node = fstats.mtbf_per_node(df, cuts, since=since, until=until)
     co = fstats.co_occurrence(df, cuts, window=window)
@@ -113,8 +123,10 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
     t5_shown = t5.copy()
     t5_shown["percentage"] = t5_shown["percentage"].map(lambda v: f"{v:.2f}%")
     out = [
-        Table("table5_xid_groups", "Table V - Xid groups, counts and remedies", t5, t5_shown),
-        Table("table6_xid_counts", "Table VI - Xid errors by group", t6, tables.format_percent(t6)),
+        Table("table5_xid_groups", "Table V - Xid groups, counts and remedies", t5, t5_shown,
+              note=tables.group_label_note()),
+        Table("table6_xid_counts", "Table VI - Xid errors by group", t6, tables.format_percent(t6),
+              note=tables.group_label_note()),
         Table("table7_memory_network_monthly",
               "Table VII - monthly CPU memory ECC errors, IB flash cuts and GPU memory-related Xids", t7, t7),
         Table("table8_ib_flash_cuts_daily", "Table VIII - IB flash cuts per day", t8, t8),
@@ -135,7 +147,7 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
                    "are labelled by severity (pcie_aer:fatal...); their recovery lines are no faults of their own, "
                    "but for an NVIDIA function's with no AER record within 5 s (pcie_aer_recovery:"
                    "gpu_lost_precursor)."),
-        Table("events_by_kind", "Events by kind", kinds, kinds),
+        Table("events_by_kind", "Events by kind", kinds, kinds, note=UNPARSED_KIND_NOTE),
         Table("ib_flash_cuts", "IB flash cuts (every cut)", cuts, _fmt_floats(cuts, 3), printed=False),
         Table("ib_link_outages", "IB link outages (down longer than the 60 s flash-cut limit)", outages,
               _fmt_floats(outages, 3), printed=False,
@@ -186,10 +198,26 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
     return out, messages
 
 
-def _summary(stats: IngestStats, df: pd.DataFrame) -> list[str]:
+UNPARSED_KIND_NOTE = ("unparsed: kernel-log lines that looked like a fault but no parser understood, kept as events "
+                      "(after de-duplication and --since/--until). The Data section's \"unparsed lines read\" "
+                      "counts them in every input read, with the agent-journal lines that are no event.")
+
+
+def unparsed_summary(read: int, kept: int) -> str:
+    """The Data line on unparsed lines: ``read`` = ``IngestStats.unparsed`` (every input: kernel-log
+    lines no parser understood, agent-journal lines that are no event), ``kept`` = events of kind
+    ``unparsed`` in the frame (the ``unparsed`` row of Events by kind)."""
+    return (f"unparsed lines read: {read} (fault-like log lines no parser understood, and agent-journal lines "
+            f"that are no event); kept as events of kind unparsed (Events by kind): {kept}")
+
+
+def _summary(stats: IngestStats, df: pd.DataFrame, kinds: pd.DataFrame) -> list[str]:
+    """The Data lines; ``kinds`` is the Events by kind table, whose ``unparsed`` row the unparsed
+    line names."""
     t = df["time"].dropna()
     span = f"{t.min().isoformat()} .. {t.max().isoformat()}" if len(t) else "none"
-    return [f"inputs read: {stats.files}", f"events: {stats.events}", f"unparsed fault-like lines: {stats.unparsed}",
+    kept = int(kinds.loc[kinds["kind"] == "unparsed", "count"].sum())
+    return [f"inputs read: {stats.files}", f"events: {stats.events}", unparsed_summary(stats.unparsed, kept),
             f"copies counted once: {stats.copies_dropped}",
             f"agent-journal records seen before (host, boot id, seq): {stats.journal_duplicates}",
             f"lines user space wrote into the kernel log (not faults): {stats.injected}",
@@ -217,7 +245,7 @@ def run(events: Iterable[FaultEvent] | pd.DataFrame, stats: IngestStats, out_dir
     print("Discrepancies", file=stream)
     print("\n".join(f"- {m}" for m in messages) if messages else "(none)", file=stream)
     print("", file=stream)
-    summary = _summary(stats, df)
+    summary = _summary(stats, df, next(t.data for t in report_tables if t.name == "events_by_kind"))
     print("; ".join(summary[:5]), file=stream)
     if out_dir:
         out = Path(out_dir)
@@ -229,7 +257,7 @@ def run(events: Iterable[FaultEvent] | pd.DataFrame, stats: IngestStats, out_dir
         from nodewarden.analysis import figures
         t7 = next(t.data for t in report_tables if t.name == "table7_memory_network_monthly")
         t8 = next(t.data for t in report_tables if t.name == "table8_ib_flash_cuts_daily")
-        pngs = figures.write_figures(df, t7, t8, out)
+        pngs = figures.write_figures(df, t7, t8, out, figures.observed_span(df, since, until))
         _write_markdown(out / "report.md", report_tables, messages, summary, pngs)
         _write_html(out / "report.html", report_tables, messages, summary, pngs)
         print(f"wrote {len(report_tables)} tables (.md, .csv), {len(pngs)} figures, "
@@ -281,10 +309,15 @@ def _write_html(path: Path, report_tables: list[Table], messages: list[str], sum
         parts += [f"<figure><img alt=\"{title}\" src=\"data:image/png;base64,{data}\"><figcaption>{title}"
                   "</figcaption></figure>"]
     for t in report_tables:
-        if t.name in ("discrepancies", "ib_flash_cuts"):
+        if t.name == "discrepancies":
             continue
-        parts += [f"<h2>{e(t.title)}</h2>",
-                  t.shown.to_html(index=False, border=0, na_rep="") if len(t.shown) else "<p>(none)</p>"]
+        parts += [f"<h2 id=\"{e(t.name)}\">{e(t.title)}</h2>",
+                  f"<p class=\"files\">Files: <a href=\"{e(t.name)}.csv\">{e(t.name)}.csv</a>, "
+                  f"<a href=\"{e(t.name)}.md\">{e(t.name)}.md</a></p>"]
+        if t.name == "ib_flash_cuts":
+            parts += [f"<p>{len(t.data)} cuts (see the CSV).</p>"]
+            continue
+        parts += [t.shown.to_html(index=False, border=0, na_rep="") if len(t.shown) else "<p>(none)</p>"]
         if t.note:
             parts += [f"<p>{e(t.note)}</p>"]
     parts += ["</body></html>"]

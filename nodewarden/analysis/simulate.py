@@ -58,7 +58,7 @@ import os
 import random
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 DEFAULT_RATES = Path(__file__).with_name("fleet_default.toml")
 UTC = dt.timezone.utc
@@ -589,9 +589,12 @@ def _fill(rng: random.Random, template: str, code: int = 0) -> str:
 def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: int | None = None,
              seed: int = 0, rates: dict[str, Any] | str | os.PathLike[str] | None = None,
              start: dt.date | str | None = None, noise_per_node_day: float | None = None,
-             gzip_level: int = 6, fault_scale: float | None = None) -> dict[str, Any]:
+             gzip_level: int = 6, fault_scale: float | None = None,
+             progress: Callable[[int, int, int], None] | None = None) -> dict[str, Any]:
     """Write the fleet's logs and ``ground_truth.csv`` under ``out_dir``; returns a summary
     (``nodes``, ``start``, ``end``, ``fault_scale``, ``faults``, ``truth_rows``, ``files``, ``lines``).
+    ``progress``, when given, is called after each node's logs are written with (nodes written,
+    nodes, lines written so far); it does not change what is written.
 
     ``nodes`` (default ``[fleet] nodes``) and ``days`` from ``start`` (default the rates span)
     keep the rates file's per-node-day rates: its counts are multiplied by ``fault_scale``
@@ -774,6 +777,8 @@ def simulate(out_dir: str | os.PathLike[str], nodes: int | None = None, days: in
                         gz.write(data)
             os.utime(path, (mtime, mtime))
             files += 1
+        if progress is not None:
+            progress(h + 1, nodes, total_lines)
 
     truth_rows = [row for fault in faults for row in fault.rows]
     fields = TRUTH_FIELDS

@@ -200,7 +200,8 @@ def _count(e: FaultEvent) -> int | None:
 def table6_xid_counts(df: pd.DataFrame) -> pd.DataFrame:
     """Table VI: per Xid its group, count and percentage of all Xid events, with a total row.
 
-    Columns: ``group`` (the paper's label, e.g. "NVLink Error"), ``xid``, ``description``, ``count``,
+    Columns: ``group`` (:func:`group_label`: the Table V label, e.g. "Memory ECC Error", where
+    the paper's Table VI prints "GPU ECC Error"), ``xid``, ``description``, ``count``,
     ``percentage`` (float, 0-100). Rows in the paper's group order, then by Xid; codes outside the
     catalog come last under "Unknown". An input without Xids gives just the total row (0, 0.0).
     """
@@ -227,12 +228,28 @@ def table6_xid_counts(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([table, total_row], ignore_index=True)
 
 
-def group_label(group: str, code: int) -> str:
-    """The paper's Table VI label of a group. Its "other" row holds only GSP Xids (119), so other
-    codes of that group are labelled "Other" rather than put under the GSP heading."""
-    if group == "other" and code not in (119, 120):
-        return "Other"
-    return catalog.GROUP_LABELS.get(group, "Unknown")
+def group_label(group: str, code: int | None = None) -> str:
+    """The one name of a group across the report (Tables V and VI, the figures): the paper's
+    Table V label (``catalog.TABLE5_LABELS``: Table V defines the grouping), "Unknown" outside
+    the catalog. ``code`` is accepted for callers that label per Xid; every code of a group gets
+    the group's name. The paper's Table VI prints other labels for three groups
+    (:func:`paper_label_differences`)."""
+    return catalog.TABLE5_LABELS.get(group, "Unknown")
+
+
+def paper_label_differences() -> list[tuple[str, str]]:
+    """``(our label, the paper's Table VI label)`` for each group whose Table VI label differs
+    from its Table V label (``GPU ECC Error`` for Memory ECC Error...), in the paper's order."""
+    return [(catalog.TABLE5_LABELS[g], catalog.GROUP_LABELS[g]) for g in catalog.GROUPS
+            if catalog.GROUP_LABELS[g] != catalog.TABLE5_LABELS[g]]
+
+
+def group_label_note() -> str:
+    """A sentence for the report saying where the paper's Table VI labels a group otherwise."""
+    diffs = paper_label_differences()
+    pairs = "; ".join(f"{ours} is the paper's \"{paper}\"" for ours, paper in diffs)
+    return ("Groups are named as in the paper's Table V throughout this report; the paper's Table VI labels "
+            f"{len(diffs)} of them otherwise: {pairs}.")
 
 
 def kind_counts(df: pd.DataFrame) -> pd.DataFrame:

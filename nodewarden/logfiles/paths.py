@@ -8,6 +8,7 @@ with ``dateext``, dated (``messages-20240101.gz`` .. ``messages``); the live fil
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import stat
@@ -17,9 +18,22 @@ from typing import Iterable, Iterator
 from nodewarden.events import FaultEvent
 from nodewarden.parsing.stream import KernelLogParser
 
+log = logging.getLogger(__name__)
+
 # Base names of kernel/system logs: a file so named tells nothing about its host.
 _LOG_BASENAMES = ("kern", "syslog", "messages", "dmesg", "journal", "kmsg", "daemon", "warn", "all", "log")
 _ROTATED = re.compile(r"^(?P<base>.+?)(?:[.-](?P<num>\d{1,4}|\d{8}))?(?P<comp>\.(?:gz|bz2|xz))?$")
+
+# The agent's state directory (--state-dir, /var/lib/nodewarden; nodewarden.agent.state and
+# .schedule write it): its event journal (events-YYYY-MM-DD.jsonl) is an input, its other files
+# are the agent's own and no log: the cursor and counters, the validator schedule, the last
+# validator report and that run's output, the lock, the Slurm wrapper's report, and the temp and
+# set-aside copies of these. A directory holding one of the markers is taken for a state directory.
+# The read layer imports nothing above it, so the names are repeated here; a test holds them to
+# the agent's constants.
+AGENT_STATE_MARKERS = frozenset({"state.json", "agent.lock", "schedule.json"})
+AGENT_STATE_FILES = AGENT_STATE_MARKERS | {"validate.json", "validate.log", "healthcheck.json"}
+_AGENT_TEMP = re.compile(r"\.(?:tmp(?:-[^/]*)?|corrupt)$")  # state.json.tmp-k3j_2x, state.json.corrupt
 
 
 class InputError(Exception):
@@ -50,6 +64,13 @@ def printable(name: str) -> str:
     """A file name as text that any UTF-8 output takes: bytes of a name that are not UTF-8 (held
     as surrogates by Python) are written as ``\\xNN``."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_agent_state_file(name: str) -> bool:
+    """Whether a file of this name in an agent state directory is one of the agent's own files
+    (``state.json``, ``schedule.json``, ``validate.json``, ``agent.lock``, ``*.tmp-*`` ...),
+    not its event journal nor a log."""
+    return name in AGENT_STATE_FILES or _AGENT_TEMP.search(name) is not None
 
 
 def _host_from_name(name: str) -> str | None:
@@ -117,7 +138,10 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
     Hidden files and the Parquet cache are skipped; FIFOs, sockets and devices found in a
     directory are reported and skipped (given by name, ``/dev/kmsg`` or a pipe is read). A file
     reached twice (given twice, inside a directory also given, or through a link) is read once.
-    Directories in ``exclude`` (analyze's own --out) are not walked into.
+    Directories in ``exclude`` (analyze's own --out) are not walked into. In an agent state
+    directory (one holding ``state.json``, ``agent.lock`` or ``schedule.json``) the agent's own
+    files (:func:`is_agent_state_file`) are skipped, with an info log record, and are neither
+    errors nor unparsed lines; its event journal, and any other file, is taken as usual.
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
@@ -143,6 +167,11 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
                 rel = os.path.relpath(dirpath, top)
                 sub = None if rel == os.curdir else rel.split(os.sep, 1)[0]
                 entries.sort(key=lambda e: _rotation_key(e.name))
+                if any(e.name in AGENT_STATE_MARKERS for e in entries):
+                    own = [e.name for e in entries if is_agent_state_file(e.name)]
+                    entries = [e for e in entries if not is_agent_state_file(e.name)]
+                    log.info("%s: an agent state directory: its event journal is read, not the agent's "
+                             "own files (%s)", printable(dirpath), ", ".join(printable(n) for n in own))
                 for e in entries:
                     name = e.name
                     if name.endswith((".parquet", ".json.tmp")):

@@ -7,7 +7,6 @@ import datetime as dt
 import math
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import TextIO
 
@@ -18,39 +17,20 @@ from nodewarden.validator.result import exit_code
 
 
 class _Progress:
-    """Live progress on a terminal (rich), one line per check elsewhere (logs, Slurm)."""
+    """The checks' progress callback (:data:`nodewarden.validator.base.Progress`) drawn by
+    :class:`nodewarden.progress.Progress`: one task per check, its fraction done and its phase
+    (the check's text: the bytes or passes done where it counts them); rich bars on a terminal,
+    rate-limited lines elsewhere (logs, Slurm), nothing with ``--quiet``."""
 
     def __init__(self, stream: TextIO, enabled: bool) -> None:
-        self.stream = stream
-        self.enabled = enabled
-        self.tty = enabled and stream.isatty()
-        self._live = None
-        self._t0: dict[str, float] = {}
-        if self.tty:
-            try:
-                from rich.console import Console
-                from rich.live import Live
-                self._live = Live("", console=Console(file=stream), refresh_per_second=4, transient=True)
-                self._live.start()
-            except ImportError:
-                self.tty = False
+        from nodewarden.progress import Progress
+        self.display = Progress("validate", quiet=not enabled, stream=stream)
 
     def __call__(self, check: str, fraction: float, text: str) -> None:
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        self._t0.setdefault(check, now)
-        elapsed = now - self._t0[check]
-        line = f"{check}: {fraction:4.0%} {text} ({elapsed:.1f}s)"
-        if self._live is not None:
-            self._live.update(line)
-        elif fraction in (0.0, 1.0):
-            self.stream.write(f"nodewarden validate: {line}\n")
-            self.stream.flush()
+        self.display.update(check, min(max(fraction, 0.0), 1.0), text, total=1.0, unit="fraction")
 
     def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
+        self.display.close()
 
 
 def parse_checks(text: str | None, quick: bool) -> list[str]:
@@ -93,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
             if problem:
                 raise ValueError(f"{opt}: {problem}")
         baseline = runner.load_baseline(args.baseline) if args.baseline else None
+        if args.baseline and baseline is None:  # recorded after a healthy run: checked before it
+            problem = report.output_problem(args.baseline)
+            if problem:
+                raise ValueError(f"--baseline: {problem}")
         if baseline is not None and args.tolerance is not None:
             baseline["tolerance"] = args.tolerance
     except (ValueError, OSError) as e:
@@ -177,5 +161,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="read the machine's /sys from DIR (a captured tree, e.g. tests/fixtures/sysfs/*); NVML is "
                         "then not queried unless a check's nvml=true")
     p.add_argument("--procfs", default="/proc", metavar="DIR", help="read /proc (cpuinfo, meminfo) from DIR")
-    p.add_argument("--no-progress", action="store_true", help="no live progress on stderr")
+    p.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",
+                   help="no progress on stderr")
     p.add_argument("--list", action="store_true", help="list the checks and profiles and exit")

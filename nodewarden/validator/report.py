@@ -141,9 +141,30 @@ def print_table(results: Iterable[CheckResult], stream: TextIO) -> None:
                      f"{r.reason}\n")
 
 
+REASON_MAX = 200  # characters of a DRAIN:/INCOMPLETE: line; the Slurm wrapper cuts again (128 by default)
+ELLIPSIS = "..."  # ASCII: the Slurm wrapper keeps printable ASCII only
+
+
+def cut_reason(text: str, limit: int = REASON_MAX) -> str:
+    """``text`` in at most ``limit`` characters: as it is when it fits, else cut at the last
+    space that leaves room for :data:`ELLIPSIS` and ended with it; a first word longer than that
+    room is cut mid-word; a ``limit`` of 3 or less is cut hard, without the dots. Trailing
+    spaces before the dots are dropped. The Slurm wrapper (deploy/slurm) cuts by the same rule."""
+    if len(text) <= limit:
+        return text
+    if limit <= len(ELLIPSIS):
+        return text[:max(limit, 0)]
+    room = limit - len(ELLIPSIS)
+    space = text.rfind(" ", 0, room + 1)  # a space just after the room still ends a whole word
+    head = text[:space].rstrip(" ") if space > 0 else ""
+    return (head or text[:room]) + ELLIPSIS
+
+
 def status_lines(results: Iterable[CheckResult], status: str) -> list[str]:
-    """One line per check of ``status``, fit for a Slurm drain reason (no newlines, <= 200 chars)."""
-    return [f"nodewarden {r.check}: {r.reason}".replace("\n", " ")[:200] for r in results if r.status == status]
+    """One line per check of ``status``, fit for a Slurm drain reason (no newlines, at most
+    :data:`REASON_MAX` characters, cut at a word by :func:`cut_reason`)."""
+    return [cut_reason(f"nodewarden {r.check}: {r.reason}".replace("\n", " ")) for r in results
+            if r.status == status]
 
 
 def drain_lines(results: Iterable[CheckResult], host: str) -> list[str]:

@@ -36,6 +36,10 @@ NOISE = ["systemd[1]: Started Session 3 of user root.", "IPv6: ADDRCONF(NETDEV_C
          "nvme nvme0: 32/0/0 default/read/poll queues"]
 
 
+TABLE6_TO_TABLE5 = {"GPU ECC Error": "Memory ECC Error", "Uncorrectable Failures": "Uncorrectable GPU Failures",
+                    "GPU GSP ERROR": "Other Failures"}
+
+
 def _paper_counts() -> dict[int, int]:
     with open(REFERENCE) as f:
         return {int(r["xid"]): int(r["count"]) for r in csv.DictReader(f) if r["xid"]}
@@ -83,7 +87,8 @@ def test_table6_reproduces_the_paper_from_logs(tmp_path: Path, capsys: pytest.Ca
         if r["xid"]:
             xid = int(r["xid"])
             assert f"{float(r['percentage']):.2f}%" == ref[xid]["percentage_as_printed"], xid
-            assert r["group"] == ref[xid]["gpu_error_type"], xid
+            # the report names groups as Table V does; the paper's Table VI labels three otherwise
+            assert r["group"] == TABLE6_TO_TABLE5.get(ref[xid]["gpu_error_type"], ref[xid]["gpu_error_type"]), xid
     md = (tmp_path / "out" / "table6_xid_counts.md").read_text()
     assert "| NVLink Error" in md and "42.57%" in md
     out = capsys.readouterr().out

@@ -179,7 +179,7 @@ def test_table6_xid_counts(fleet: Fleet) -> None:
     want = []
     for g in TABLE6_ORDER:
         for code in sorted(c for c in counts if GROUP_OF[c] == g):
-            want.append((g, str(code), counts[code], _pct(counts[code], total)))
+            want.append((TABLE5_LABEL[g], str(code), counts[code], _pct(counts[code], total)))
     want.append(("Total", "", total, 100.0))
     got = [(r["group"], r["xid"], int(r["count"]), round(float(r["percentage"]), 2))
            for r in fleet.table("table6_xid_counts")]
@@ -188,7 +188,8 @@ def test_table6_xid_counts(fleet: Fleet) -> None:
     by_group = collections.Counter()
     for g, _, n, _ in got[:-1]:
         by_group[g] += n
-    assert by_group == collections.Counter({g: sum(counts[c] for c in TABLE6_GROUPS[g]) for g in TABLE6_ORDER
+    assert by_group == collections.Counter({TABLE5_LABEL[g]: sum(counts[c] for c in TABLE6_GROUPS[g])
+                                            for g in TABLE6_ORDER
                                             if any(counts[c] for c in TABLE6_GROUPS[g])})
 
 
@@ -269,7 +270,7 @@ def test_repeat_offender_nodes(fleet: Fleet) -> None:
     total = len(hw)
     assert total > 0
     want = _ranking(collections.Counter(h for h, _, _ in hw), total)
-    got = [(r["host"], int(r["faults"]), round(float(r["share"]), 2), round(float(r["cumulative_share"]), 2))
+    got = [(r["host"], int(r["faults"]), round(float(r["share (%)"]), 2), round(float(r["cumulative_share (%)"]), 2))
            for r in fleet.table("repeat_offenders_nodes")]
     assert got == want
     # per-node hardware faults (every node with a fault)
@@ -281,8 +282,8 @@ def test_repeat_offender_nodes(fleet: Fleet) -> None:
 def test_repeat_offender_gpus(fleet: Fleet) -> None:
     hw = _hardware_faults(fleet)
     want = _ranking(collections.Counter((h, k) for h, kind, k in hw if kind == "xid"), len(hw))
-    got = [(r["host"], r["pci_bus_id"], int(r["faults"]), round(float(r["share"]), 2),
-            round(float(r["cumulative_share"]), 2)) for r in fleet.table("repeat_offenders_gpus")]
+    got = [(r["host"], r["pci_bus_id"], int(r["faults"]), round(float(r["share (%)"]), 2),
+            round(float(r["cumulative_share (%)"]), 2)) for r in fleet.table("repeat_offenders_gpus")]
     assert got == want
 
 
@@ -306,8 +307,8 @@ def test_repeat_offender_ports(fleet: Fleet) -> None:
     hw = _hardware_faults(fleet)
     total = len(hw)
     want = _ranking(collections.Counter((h, k) for h, kind, k in hw if kind == "ib_flash_cut"), total)
-    got = [(r["host"], r["device"], int(r["faults"]), round(float(r["share"]), 2),
-            round(float(r["cumulative_share"]), 2)) for r in fleet.table("repeat_offenders_ib_ports")]
+    got = [(r["host"], r["device"], int(r["faults"]), round(float(r["share (%)"]), 2),
+            round(float(r["cumulative_share (%)"]), 2)) for r in fleet.table("repeat_offenders_ib_ports")]
     assert got == want
 
 

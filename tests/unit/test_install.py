@@ -10,13 +10,16 @@ verify and exposure tests: they are skipped without it, except under ``CI=true``
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import functools
 import os
 import re
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,20 @@ DEPLOY = REPO / "deploy"
 MAX_EXPOSURE = 2.0
 
 
+@functools.cache
+def source() -> Path:
+    """Where the installs under test run nodewarden from: this checkout, or, when the checkout
+    is under /tmp or /var/tmp (which ``install`` rightly refuses: the units' PrivateTmp= hides
+    them), a copy of its package in the home directory (a supported location), removed at exit."""
+    if install.under(str(REPO), install.TMP_ROOTS) is None:
+        return REPO
+    dst = Path(tempfile.mkdtemp(prefix="nodewarden-install-test-", dir=Path.home()))
+    atexit.register(shutil.rmtree, dst, True)
+    shutil.copytree(REPO / "nodewarden", dst / "nodewarden", ignore=shutil.ignore_patterns("__pycache__"))
+    os.chmod(dst, 0o755)
+    return dst
+
+
 def systemd_analyze() -> str:
     path = shutil.which("systemd-analyze")
     if path is None:
@@ -39,12 +56,12 @@ def systemd_analyze() -> str:
 
 
 def nodewarden(*args: str, env: dict[str, str] | None = None, argv0: list[str] | None = None,
-               cwd: Path = REPO) -> subprocess.CompletedProcess:
+               cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m nodewarden ARGS`` in a child, the repository on PYTHONPATH (carried into the
     units as a source checkout's would be)."""
-    e = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    e = {**os.environ, "PYTHONPATH": str(source()), **(env or {})}
     return subprocess.run([*(argv0 or [sys.executable, "-m", "nodewarden"]), *args], capture_output=True,
-                          text=True, env=e, cwd=cwd, timeout=120)
+                          text=True, env=e, cwd=cwd or source(), timeout=120)
 
 
 def exposure(analyze: str, unit: Path) -> float:
@@ -74,7 +91,7 @@ def test_install_writes_the_units_for_this_interpreter_and_the_config(installed)
     command = f"{os.path.abspath(sys.executable)} -m nodewarden"
     assert f"\nExecStart={command} agent --state-dir /var/lib/nodewarden --no-validator\n" in agent
     assert f"\nExecStart={command} validate --no-progress" in (units / "nodewarden-validate.service").read_text()
-    assert "@NODEWARDEN@" not in agent and f"Environment=PYTHONPATH={REPO}\n" in agent
+    assert "@NODEWARDEN@" not in agent and f"Environment=PYTHONPATH={source()}\n" in agent
     assert (conf / "agent.toml").read_text() == install.example_config()
     for f in [*units.iterdir(), conf / "agent.toml"]:
         assert stat.S_IMODE(f.stat().st_mode) == 0o644, f  # the dynamic user reads the config
@@ -281,9 +298,9 @@ def test_an_interpreter_that_cannot_import_the_agent_is_refused(tmp_path: Path) 
 
 
 def test_probe_reports_where_the_agent_runs_from() -> None:
-    runs = install.probe(sys.executable, str(REPO))
-    assert runs.package == str(REPO)
-    assert str(REPO) in runs.path and sys.prefix in runs.prefixes
+    runs = install.probe(sys.executable, str(source()))
+    assert runs.package == str(source())
+    assert str(source()) in runs.path and sys.prefix in runs.prefixes
 
 
 # ---- the shipped files -------------------------------------------------------------------------
