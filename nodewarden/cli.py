@@ -45,6 +45,17 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _code_arg(text: str) -> int:
+    """An Xid/SXid code: a whole number 0 or above (the driver prints them unsigned)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"codes are 0 or above, got {n}")
+    return n
+
+
 def _seconds_arg(text: str) -> float:
     try:
         x = float(text)
@@ -173,13 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     an.set_defaults(func=cmd_analyze)
 
     xi = sub.add_parser("xid", help="explain an Xid code")
-    xi.add_argument("code", type=int)
+    xi.add_argument("code", type=_code_arg)
     xi.add_argument("--json", action="store_true", help="print as JSON")
     xi.add_argument("--policy", metavar="FILE", help="operator policy TOML overriding the shipped one")
     xi.set_defaults(func=cmd_xid)
 
     sx = sub.add_parser("sxid", help="explain an NVSwitch SXid code")
-    sx.add_argument("code", type=int)
+    sx.add_argument("code", type=_code_arg)
     sx.add_argument("--json", action="store_true", help="print as JSON")
     sx.set_defaults(func=cmd_sxid)
 

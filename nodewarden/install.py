@@ -267,10 +267,26 @@ class Plan:
     commands: tuple[tuple[str, ...], ...]
 
 
+def with_config(unit: str, text: str, config_dir: Path) -> str:
+    """The agent unit's ``ExecStart=`` given ``--config <config_dir>/agent.toml`` when that is not
+    where the agent looks by default (``/etc/nodewarden/agent.toml``), so the config written is
+    the one read; other units and the default directory: ``text`` as it is. Raises InstallError
+    for an unquotable path."""
+    if unit != AGENT_UNIT or os.path.normpath(str(config_dir)) == DEFAULT_CONFIG_DIR:
+        return text
+    start = "\nExecStart="
+    i = text.index(start) + len(start)
+    line_end = text.index("\n", i)
+    line = text[i:line_end]
+    at = line.index(" agent ") + len(" agent")
+    path = unit_word(os.path.abspath(os.path.join(str(config_dir), CONFIG_NAME)))
+    return text[:i] + line[:at] + f" --config {path}" + line[at:] + text[line_end:]
+
+
 def plan(command: Sequence[str], home: Sequence[str], unit_dir: Path, config_dir: Path, enable: bool,
          pythonpath: str | None = None) -> Plan:
     """The files and commands of an install (pure; InstallError for an unquotable path)."""
-    units = tuple((unit_dir / u, render(u, command, home, pythonpath)) for u in UNITS)
+    units = tuple((unit_dir / u, with_config(u, render(u, command, home, pythonpath), config_dir)) for u in UNITS)
     cmds = ((("systemctl", "daemon-reload"), ("systemctl", "enable", "--now", *ENABLE)) if enable else ())
     return Plan(units=units, config=(config_dir / CONFIG_NAME, example_config()), commands=cmds)
 

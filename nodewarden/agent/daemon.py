@@ -282,9 +282,10 @@ def import_server(tls: bool) -> types.ModuleType:
     then raises ImportError, https://docs.python.org/3/reference/import.html#the-module-cache),
     which asyncio's modules take as "no TLS support" (their ``try: import ssl``): the agent
     then never maps OpenSSL (ssl, _ssl, libssl, libcrypto: ~4.5 MB resident, measured by
-    ``bench/agent_overhead.py``). ``ssl`` is importable again afterwards; a process that
-    already imported asyncio or ssl keeps them as they are. The agent reads its web
-    configuration once, at start, so TLS cannot be asked for later."""
+    ``bench/agent_overhead.py``). ``ssl`` is importable again afterwards, but asyncio keeps
+    no TLS for the life of the process (an :class:`AgentHTTPServer` with TLS then refuses to
+    start, saying so); a process that already imported asyncio or ssl keeps them as they are.
+    The agent reads its web configuration once, at start, so TLS cannot be asked for later."""
     if tls or "asyncio" in sys.modules or "ssl" in sys.modules:
         return importlib.import_module("nodewarden.agent.server")
     sys.modules["ssl"] = None  # type: ignore[assignment]

@@ -140,6 +140,7 @@ class KmsgFollower:
         self._cursor_dirty = False  # only the cursor moved
         self._saved_at = time.monotonic()
         self._retry_at = 0.0
+        self._journal_later: list[FaultEvent] | None = None  # events to journal at the end of the catch-up
 
     # -- one batch -------------------------------------------------------------------------
     def catch_up(self) -> int:
@@ -174,8 +175,15 @@ class KmsgFollower:
                          "counting the whole buffer", newest, self.resume.seq)
                 self.resume, self.journaled, self.seq = None, frozenset(), None
         n = self._count_journal_tail()
-        for i in range(0, len(records), CATCH_UP_CHUNK):  # parsed a chunk at a time: the peak stays small
-            n += len(self.handle(records[i:i + CATCH_UP_CHUNK]))
+        # parsed a chunk at a time (the peak stays small), journaled at once (one append, one fsync)
+        self._journal_later = []
+        try:
+            for i in range(0, len(records), CATCH_UP_CHUNK):
+                n += len(self.handle(records[i:i + CATCH_UP_CHUNK]))
+        finally:
+            held, self._journal_later = self._journal_later, None
+            if held:
+                self.store.journal(held)
         if held_seqs(self.parser) and (self.last_record_mono is None
                                        or self.clock() - self.last_record_mono > STALE_HELD_S):
             n += len(self.take(self.parser.flush()))
@@ -290,7 +298,10 @@ class KmsgFollower:
         if new and self.observer is not None:
             to_journal = to_journal + self.observer(new)
         if to_journal:
-            self.store.journal(to_journal)
+            if self._journal_later is not None:  # catch-up: journaled once, at its end
+                self._journal_later.extend(to_journal)
+            else:
+                self.store.journal(to_journal)
         if new:
             self._counts_dirty = True
         return new

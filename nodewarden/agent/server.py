@@ -192,6 +192,9 @@ class AgentHTTPServer:
         self.cap = connection_cap(self.settings.max_connections)
         self.auth = BasicAuth(web.users) if web is not None and web.users else None
         self.ssl_context: ssl.SSLContext | None = web.ssl_context if web is not None else None
+        if self.ssl_context is not None and asyncio.sslproto.ssl is None:
+            raise RuntimeError("TLS asked for in a process whose asyncio was imported without ssl "
+                               "(nodewarden.agent.daemon.import_server(tls=False)): serve TLS from a new process")
         self.extra_headers = [(k.encode(), v.encode()) for k, v in (web.headers if web is not None else ())]
         family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
         # [::] takes IPv4 too, as the kernel's default (net.ipv6.bindv6only=0) would

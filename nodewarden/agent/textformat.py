@@ -153,34 +153,43 @@ def _version(params: dict[str, str]) -> tuple[int, ...] | None:
         return ()
 
 
-def _offers(media: str, params: dict[str, str]) -> Format | None:
-    """The format a media range accepts of the two the agent writes, None for neither."""
+def _matches(media: str, params: dict[str, str]) -> list[tuple[Format, int]]:
+    """The formats a media range accepts of the two the agent writes, each with how specific the
+    range is for it (2: its media type, 1: ``text/*`` or ``application/*``, 0: ``*/*``)."""
     version = _version(params)
     if media == "application/openmetrics-text":
         # 1.x: what we write; no version: any; 0.0.1 (the pre-1.0 draft) and 2.x: not this format
-        return OPENMETRICS if version is None or version[:1] == (1,) else None
+        return [(OPENMETRICS, 2)] if version is None or version[:1] == (1,) else []
     if media == "text/plain":
         # 0.0.4, or 1.0.0 (0.0.4 plus quoted UTF-8 names, which the agent never writes)
-        return TEXT if version is None or version in ((0, 0, 4), (1, 0, 0), (1, 0), (1,)) else None
-    if media in ("*/*", "text/*", "application/*"):
-        return OPENMETRICS if media == "application/*" else TEXT
-    return None
+        return [(TEXT, 2)] if version is None or version in ((0, 0, 4), (1, 0, 0), (1, 0), (1,)) else []
+    if media == "text/*":
+        return [(TEXT, 1)]
+    if media == "application/*":
+        return [(OPENMETRICS, 1)]
+    if media == "*/*":
+        return [(TEXT, 0), (OPENMETRICS, 0)]
+    return []
 
 
 def negotiate(accept: str | None) -> Format:
-    """The format for a request's ``Accept`` header (None: absent): of the media ranges that name
-    one of the two formats (``application/openmetrics-text`` in version 1.x or without a
-    version; ``text/plain`` in 0.0.4, 1.0.0 or without a version; ``*/*``), the one with the
-    highest ``q`` (the first listed among equals); the text format when none does (an absent
-    or unreadable header, ``q=0`` everywhere) — a scraper is never refused (no 406), as
-    Prometheus's own exporters do."""
-    best: Format | None = None
-    best_q = 0.0
-    for media, params, q in _media_ranges(accept or ""):
-        fmt = _offers(media, params)
-        if fmt is not None and q > best_q:
-            best, best_q = fmt, q
-    return best or TEXT
+    """The format for a request's ``Accept`` header (None: absent). Each format takes the ``q``
+    of the most specific media range that names it (RFC 9110 §12.5.1: its type,
+    ``application/openmetrics-text`` in version 1.x or without a version, ``text/plain`` in 0.0.4,
+    1.0.0 or without a version; then ``text/*``/``application/*``; then ``*/*``), the first among
+    equally specific ones; the format with the highest ``q`` above 0 wins, the one whose range
+    came first among equals. The text format when neither is acceptable (an absent or unreadable
+    header, ``q=0``): a scraper is never refused (no 406), as Prometheus's own exporters do."""
+    taken: dict[Format, tuple[int, float, int]] = {}  # format -> (specificity, q, position)
+    for pos, (media, params, q) in enumerate(_media_ranges(accept or "")):
+        for fmt, specificity in _matches(media, params):
+            if fmt not in taken or specificity > taken[fmt][0]:
+                taken[fmt] = (specificity, q, pos)
+    acceptable = [fmt for fmt, (_, q, _) in taken.items() if q > 0]
+    if not acceptable:
+        return TEXT
+    # highest q, then the range that came first, then (*/* names both) the text format
+    return max(acceptable, key=lambda f: (taken[f][1], -taken[f][2], f is TEXT))
 
 
 def gzip_accepted(accept_encoding: str | None) -> bool:

@@ -40,7 +40,7 @@ class Entry:
 
 REGISTRY: tuple[Entry, ...] = (
     Entry("kernel_log", None),
-    Entry("nvml", lambda sysfs, host: NvmlCollector(hostname=host)),
+    Entry("nvml", lambda sysfs, host: NvmlCollector(hostname=host, sysfs=sysfs)),
     Entry("infiniband", lambda sysfs, host: InfinibandCollector(sysfs)),
     Entry("edac", lambda sysfs, host: EdacCollector(sysfs)),
     Entry("pcie", lambda sysfs, host: PcieCollector(sysfs)),

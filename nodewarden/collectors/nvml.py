@@ -90,9 +90,11 @@ import datetime as dt
 import logging
 import socket
 import time
+from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple
 
 from nodewarden import nvml
+from nodewarden.sysfs import pci
 from nodewarden.collectors.base import COUNTER, GAUGE, Snapshot
 from nodewarden.events import (GPU_ECC, GPU_LOST, GPU_RECOVERY_ACTION, GPU_RESET_REQUIRED, ROW_REMAP, TIME_WALL,
                                FaultEvent)
@@ -410,6 +412,11 @@ def events_between(prev: GpuReading | None, cur: GpuReading, now: dt.datetime, h
 
 # ---- I/O: NVML -> readings ----------------------------------------------------------------------
 
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be initialised (its ``nvmlInit`` error in the message) on a node whose PCI bus
+    holds NVIDIA GPUs: the GPUs are there and none can be read."""
+
+
 class NvmlCollector:
     """The polled NVML collector (contract: :mod:`nodewarden.collectors.base`).
 
@@ -423,8 +430,9 @@ class NvmlCollector:
     name = NAME
 
     def __init__(self, hostname: str | None = None, clock: Callable[[], float] = time.time,
-                 timeout_s: float = nvml.DEFAULT_TIMEOUT_S) -> None:
+                 timeout_s: float = nvml.DEFAULT_TIMEOUT_S, sysfs: str | Path | None = None) -> None:
         self.host = hostname or socket.gethostname()
+        self._sysfs = Path(sysfs) if sysfs is not None else None  # where NVIDIA GPUs are looked for without NVML
         self.clock = clock
         self.timeout_s = timeout_s
         self._session: Session | None = None  # once nvmlInit succeeded
@@ -510,8 +518,15 @@ class NvmlCollector:
         return snap
 
     def _read_all(self) -> list[GpuReading]:
-        """Every GPU's reading ([] without NVML); run under the session's timeout."""
+        """Every GPU's reading ([] without NVML on a node without NVIDIA GPUs); run under the
+        session's timeout. Raises :class:`NvmlUnavailable` when NVML cannot be initialised while
+        ``<sysfs>/bus/pci/devices`` holds NVIDIA GPUs (no driver, no library in the container):
+        the poll fails, so that a GPU node whose GPUs cannot be read is not reported healthy."""
         if not self._ensure_init():
+            gpus = self._gpus_on_the_bus()
+            if gpus:
+                raise NvmlUnavailable(f"{self._init_error}, while {len(gpus)} NVIDIA GPU(s) are on the PCI bus "
+                                      f"({', '.join(gpus[:4])}{', ...' if len(gpus) > 4 else ''}): no GPU is read")
             return []
         assert self._session is not None
         try:
@@ -523,6 +538,13 @@ class NvmlCollector:
                 return []
             raise
         return [r for r in (self.read_gpu(index) for index in range(n)) if r is not None]
+
+    def _gpus_on_the_bus(self) -> list[str]:
+        """PCI bus ids of the NVIDIA GPUs (display class, not NVSwitches) under ``sysfs``; [] without one."""
+        if self._sysfs is None:
+            return []
+        return [f.pci_bus_id for f in pci.read_functions(self._sysfs, vendors=(pci.NVIDIA,), upstream=False)
+                if pci.is_gpu(f)]
 
     def read_gpu(self, index: int) -> GpuReading | None:
         """Everything one poll reads from GPU ``index``; None when it has no handle for a reason

@@ -253,3 +253,15 @@ def test_a_cut_that_begins_before_until_is_counted(tmp_path: Path, capsys: pytes
         ("2024-03-01 11:59:30", "mlx5_0/1", 50.0)]
     with open(out / "table8_ib_flash_cuts_daily.csv") as f:
         assert [(r["date"], r["failure_count"]) for r in csv.DictReader(f)] == [("2024-03-01", "1")]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["xid", "-1"], "codes are 0 or above, got -1"), (["sxid", "-7"], "codes are 0 or above, got -7"),
+    (["xid", "4x"], "not a whole number: '4x'"), (["sxid", ""], "not a whole number: ''"),
+])
+def test_a_negative_or_unreadable_code_is_a_usage_error(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                                        says: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == exitcodes.USAGE and says in capsys.readouterr().err
+    assert cli.main(["xid", "0"]) == exitcodes.OK  # 0 is a code (not in the catalog: explained as unknown)

@@ -136,6 +136,12 @@ def test_every_variant_is_prometheus_clients_bytes_with_its_content_type(state) 
     ("image/png", tf.TEXT),                                   # nothing acceptable: text, never 406
     (",,;;=,", tf.TEXT),
     ("text/plain;version=0.0.5", tf.TEXT),
+    # RFC 9110 12.5.1: a format takes the q of the most specific range naming it
+    ("application/openmetrics-text;q=0, application/*", tf.TEXT),        # refused by name, not by the wildcard
+    ("application/*", tf.OPENMETRICS),
+    ("text/plain;q=0.5, */*;q=0.9", tf.OPENMETRICS),                    # anything else is preferred to text
+    ("text/*;q=0.3, application/openmetrics-text;q=0.2", tf.TEXT),
+    ("*/*;q=0.5, text/plain;q=0", tf.OPENMETRICS),
 ])
 def test_accept_chooses_by_weight_then_order(accept: str, want: tf.Format) -> None:
     assert tf.negotiate(accept) is want

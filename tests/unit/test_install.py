@@ -89,7 +89,9 @@ def test_install_writes_the_units_for_this_interpreter_and_the_config(installed)
     assert sorted(f.name for f in units.iterdir()) == sorted(install.UNITS)
     agent = (units / install.AGENT_UNIT).read_text()
     command = f"{os.path.abspath(sys.executable)} -m nodewarden"
-    assert f"\nExecStart={command} agent --state-dir /var/lib/nodewarden --no-validator\n" in agent
+    # the config written is the one the agent reads: --config names it when not /etc/nodewarden's
+    assert f"\nExecStart={command} agent --config {conf / 'agent.toml'} --state-dir /var/lib/nodewarden " \
+           "--no-validator\n" in agent
     assert f"\nExecStart={command} validate --no-progress" in (units / "nodewarden-validate.service").read_text()
     assert "@NODEWARDEN@" not in agent and f"Environment=PYTHONPATH={source()}\n" in agent
     assert (conf / "agent.toml").read_text() == install.example_config()
@@ -212,10 +214,21 @@ def test_the_console_script_is_named_by_its_path(tmp_path: Path) -> None:
     p = nodewarden("install", "--unit-dir", str(tmp_path), "--config-dir", str(tmp_path), "--dry-run",
                    argv0=[str(script)])
     assert p.returncode == 0, p.stderr
-    assert f"\nExecStart={os.path.realpath(script)} agent --state-dir" in p.stdout
+    assert f"\nExecStart={os.path.realpath(script)} agent --config {tmp_path / 'agent.toml'} --state-dir" in p.stdout
 
 
 # ---- where nodewarden may run from -------------------------------------------------------------
+
+def test_the_default_config_dir_needs_no_config_flag() -> None:
+    text = install.render(install.AGENT_UNIT, ("/usr/local/bin/nodewarden",))
+    assert install.with_config(install.AGENT_UNIT, text, Path("/etc/nodewarden")) == text
+    assert install.with_config(install.AGENT_UNIT, text, Path("/etc/nodewarden/")) == text
+    other = install.with_config(install.AGENT_UNIT, text, Path("/srv/nw"))
+    assert "\nExecStart=/usr/local/bin/nodewarden agent --config /srv/nw/agent.toml --state-dir " in other
+    assert other.count("--config") == 1 and other.replace(" --config /srv/nw/agent.toml", "") == text
+    validate = install.render("nodewarden-validate.service", ("/usr/local/bin/nodewarden",))
+    assert install.with_config("nodewarden-validate.service", validate, Path("/srv/nw")) == validate
+
 
 def test_nodewarden_command() -> None:
     py = "/opt/venv/bin/python3"
