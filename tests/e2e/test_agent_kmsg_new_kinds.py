@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import signal
 from dataclasses import dataclass
@@ -153,11 +154,15 @@ def config(tmp_path: Path, sysfs: Path | None = None) -> Path:
 
 
 def mine(state: Path, L: Lines) -> list[dict]:
-    """This run's journaled events (its PCI domain, switch, memory controller or CPU)."""
+    """This run's journaled events (its PCI domain, switch, memory controller or CPU). The domain
+    is matched as a PCI address (``DDDD:BB:``), never as 4 characters anywhere: a domain of digits
+    only (0x2026) is in every timestamp and sequence number of the events earlier tests left in
+    the ring buffer."""
+    pci = re.compile(rf"(?<![0-9a-fA-F]){L.dom}:[0-9a-fA-F]{{2}}:")
     out = []
     for e in journal_events(state):
         text = json.dumps(e)
-        if L.dom in text or L.switch_name in text or L.dimm in text or f'"mca_cpu": {L.cpu}' in text:
+        if pci.search(text) or L.switch_name in text or L.dimm in text or f'"mca_cpu": {L.cpu}' in text:
             out.append(e)
     return out
 
