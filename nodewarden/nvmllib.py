@@ -168,19 +168,12 @@ def _out(symbol: str, ctype: Any, *args: Any, argtypes: Sequence[Any]) -> Any:
     return out.value
 
 
-def _device_uint(symbol: str) -> Callable[[Any], int]:
+def _device_value(symbol: str, ctype: Any = c_uint) -> Callable[[Any], int]:
+    """A call ``symbol(device, ctype *)`` returning the value (unsigned int or unsigned long long)."""
     def call(handle: Any) -> int:
-        return int(_out(symbol, c_uint, handle, argtypes=[c_void_p]))
+        return int(_out(symbol, ctype, handle, argtypes=[c_void_p]))
     call.__name__ = symbol
-    call.__doc__ = f"``{symbol}(device, unsigned int *)``: the unsigned int. Raises NVMLError."
-    return call
-
-
-def _device_ull(symbol: str) -> Callable[[Any], int]:
-    def call(handle: Any) -> int:
-        return int(_out(symbol, c_ulonglong, handle, argtypes=[c_void_p]))
-    call.__name__ = symbol
-    call.__doc__ = f"``{symbol}(device, unsigned long long *)``: the value. Raises NVMLError."
+    call.__doc__ = f"``{symbol}(device, {ctype.__name__} *)``: the value. Raises NVMLError."
     return call
 
 
@@ -241,17 +234,17 @@ def nvmlDeviceGetPciInfo(handle: Any) -> nvmlPciInfo_t:  # noqa: N802
     return info
 
 
-nvmlDeviceGetMinorNumber = _device_uint("nvmlDeviceGetMinorNumber")
-nvmlDeviceGetPowerUsage = _device_uint("nvmlDeviceGetPowerUsage")  # milliwatts
-nvmlDeviceGetPerformanceState = _device_uint("nvmlDeviceGetPerformanceState")  # nvmlPstates_t, 0 = P0
-nvmlDeviceGetCurrPcieLinkGeneration = _device_uint("nvmlDeviceGetCurrPcieLinkGeneration")
-nvmlDeviceGetCurrPcieLinkWidth = _device_uint("nvmlDeviceGetCurrPcieLinkWidth")
-nvmlDeviceGetMaxPcieLinkGeneration = _device_uint("nvmlDeviceGetMaxPcieLinkGeneration")
-nvmlDeviceGetMaxPcieLinkWidth = _device_uint("nvmlDeviceGetMaxPcieLinkWidth")
-nvmlDeviceGetPcieReplayCounter = _device_uint("nvmlDeviceGetPcieReplayCounter")
-nvmlDeviceGetRetiredPagesPendingStatus = _device_uint("nvmlDeviceGetRetiredPagesPendingStatus")  # nvmlEnableState_t
-nvmlDeviceGetCurrentClocksEventReasons = _device_ull("nvmlDeviceGetCurrentClocksEventReasons")
-nvmlDeviceGetCurrentClocksThrottleReasons = _device_ull("nvmlDeviceGetCurrentClocksThrottleReasons")
+nvmlDeviceGetMinorNumber = _device_value("nvmlDeviceGetMinorNumber")
+nvmlDeviceGetPowerUsage = _device_value("nvmlDeviceGetPowerUsage")  # milliwatts
+nvmlDeviceGetPerformanceState = _device_value("nvmlDeviceGetPerformanceState")  # nvmlPstates_t, 0 = P0
+nvmlDeviceGetCurrPcieLinkGeneration = _device_value("nvmlDeviceGetCurrPcieLinkGeneration")
+nvmlDeviceGetCurrPcieLinkWidth = _device_value("nvmlDeviceGetCurrPcieLinkWidth")
+nvmlDeviceGetMaxPcieLinkGeneration = _device_value("nvmlDeviceGetMaxPcieLinkGeneration")
+nvmlDeviceGetMaxPcieLinkWidth = _device_value("nvmlDeviceGetMaxPcieLinkWidth")
+nvmlDeviceGetPcieReplayCounter = _device_value("nvmlDeviceGetPcieReplayCounter")
+nvmlDeviceGetRetiredPagesPendingStatus = _device_value("nvmlDeviceGetRetiredPagesPendingStatus")  # nvmlEnableState_t
+nvmlDeviceGetCurrentClocksEventReasons = _device_value("nvmlDeviceGetCurrentClocksEventReasons", c_ulonglong)
+nvmlDeviceGetCurrentClocksThrottleReasons = _device_value("nvmlDeviceGetCurrentClocksThrottleReasons", c_ulonglong)
 nvmlDeviceGetTemperature = _device_uint_by("nvmlDeviceGetTemperature")  # degrees C
 nvmlDeviceGetClockInfo = _device_uint_by("nvmlDeviceGetClockInfo")  # MHz
 nvmlDeviceGetMaxClockInfo = _device_uint_by("nvmlDeviceGetMaxClockInfo")  # MHz

@@ -21,52 +21,16 @@ from pathlib import Path
 
 import pytest
 
+import test_simulate
 from nodewarden.analysis import simulate as sim
 from nodewarden.cli import main
 
-# 6 nodes, 30 days (2023-10-20 .. 2023-11-18): 33 Xid lines, 7 CPU ECC, 7 flash cuts
-SMALL_RATES = """
-[fleet]
-nodes = 6
-start = "2023-10-20"
-end = "2023-11-18"
-noise_per_node_day = 1
-reboots_per_node_year = 0
-rotation_days = 7
-formats = { syslog3164 = 1, rfc3339 = 1, journal = 1, dmesg_t = 1 }
-
-[xid_year]
-"13" = 7
-"31" = 5
-"43" = 6
-"74" = 8
-"63" = 5
-"79" = 1
-"119" = 1
-
-[xid_monthly."2023-10"]
-"63" = 2
-"79" = 1
-
-[xid_monthly."2023-11"]
-"63" = 3
-
-[cpu_ecc_monthly]
-"2023-10" = 3
-"2023-11" = 4
-
-[ib_monthly]
-"2023-10" = 9
-"2023-11" = 5
-
-[ib_month_source]
-default = "VIII"
-"2023-11" = "VII"
-
-[ib_daily]
-"2023-10-25" = 2
-"2023-11-02" = 3
-"""
+# test_simulate.py's small fleet (6 nodes, 30 days, 2023-10-20 .. 2023-11-18: 33 Xid lines, 7 CPU
+# ECC, 7 flash cuts), with one noise line per node-day and no reboots: the same faults, less to write
+SMALL_RATES = (test_simulate.SMALL_RATES.replace("noise_per_node_day = 15", "noise_per_node_day = 1")
+               .replace("reboots_per_node_year = 40", "reboots_per_node_year = 0")
+               .replace("rotation_days = 3", "rotation_days = 7"))
+assert SMALL_RATES.count("noise_per_node_day = 1\n") == 1 and "reboots_per_node_year = 0" in SMALL_RATES
 
 
 def _small_rates() -> str:

@@ -360,3 +360,10 @@ def test_compare_with_paper_keeps_to_the_papers_period(tmp_path: Path) -> None:
     t6 = pd.DataFrame({"group": ["Software Causes", "NVLink Error", "Total"], "xid": [13, 74, None],
                        "count": [1, 3, 4]})
     assert tables.compare_with_paper(t6, "table6", tmp_path).empty
+
+
+def test_the_command_line_s_default_paper_dir_is_the_packaged_one() -> None:
+    """cli.py names the directory without importing tables (pandas stays off the agent's import path)."""
+    from nodewarden.cli import build_parser
+    args = build_parser().parse_args(["analyze", "x", "--paper-tables"])
+    assert Path(args.paper_tables).resolve() == tables.PAPER_DIR and tables.PAPER_DIR.is_dir()
