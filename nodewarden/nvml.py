@@ -16,12 +16,13 @@ Call wrapper (:meth:`Session.call`)
 Timeout (:func:`call_with_timeout`, :func:`query`)
     NVML calls block as long as the driver does; a wedged driver (after an Xid 79, a GPU in
     reset) blocks them for ever, and a thread blocked in C cannot be interrupted. So every caller
-    runs its NVML work in a daemon thread and waits ``timeout_s``: past it, :class:`NvmlTimeout`,
+    runs its NVML work in a daemon worker thread (kept for the next call: a thread start costs
+    about what a poll's NVML reads do) and waits ``timeout_s``: past it, :class:`NvmlTimeout`,
     the thread left blocked in the driver. While any such thread is still blocked, a new call
-    raises :class:`NvmlTimeout` at once without starting a thread: one wedged driver costs one
-    timeout per process, not one per caller, and blocked threads never pile up. Daemon threads
-    (not ``concurrent.futures``, whose workers the interpreter joins at exit) so that a process
-    can always exit.
+    raises :class:`NvmlTimeout` at once without handing it to a thread: one wedged driver costs
+    one timeout per process, not one per caller, and blocked threads never pile up. Daemon
+    threads (not ``concurrent.futures``, whose workers the interpreter joins at exit) so that a
+    process can always exit.
 Clock-event reasons (:data:`CLOCK_EVENT_REASONS`, :func:`decode_clock_event_reasons`)
     One table of the ``nvmlClocksEventReason*`` bits, with nvml.h's names; the JSON report and
     the ``reason`` label of ``nodewarden_gpu_clocks_event_reasons`` both use them.
@@ -88,6 +89,7 @@ import ctypes
 import logging
 import math
 import os
+import queue
 import struct
 import threading
 import time
@@ -179,6 +181,52 @@ _lock = threading.Lock()
 # Calls past their timeout whose thread is still blocked in the driver: thread id -> (what,
 # time.monotonic() when the call started). Non-empty: the driver is taken as wedged.
 _blocked: dict[int, tuple[str, float]] = {}
+# Worker threads waiting for a call (guarded by _lock). A poll every few seconds would otherwise
+# start a thread each time (a thread start costs about as much as the NVML reads of a poll).
+_idle: list["_Worker"] = []
+MAX_IDLE_WORKERS = 2
+
+
+class _Call:
+    """One call handed to a worker: ``fn(*args)``; ``done`` is held until it has returned."""
+
+    __slots__ = ("fn", "args", "what", "value", "error", "finished", "done")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], what: str) -> None:
+        self.fn, self.args, self.what = fn, args, what
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.finished = False
+        self.done = threading.Lock()
+        self.done.acquire()
+
+
+class _Worker:
+    """A daemon thread that runs the calls put to it, one at a time, and offers itself again
+    (up to :data:`MAX_IDLE_WORKERS` idle) after each; a call blocked past its timeout keeps its
+    worker out of the idle list until the driver lets it go."""
+
+    def __init__(self) -> None:
+        self.calls: queue.SimpleQueue[_Call] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="nvml worker", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        ident = threading.get_ident()
+        while True:
+            call = self.calls.get()
+            try:
+                call.value = call.fn(*call.args)
+            except BaseException as e:  # handed to the caller's thread
+                call.error = e
+            with _lock:
+                _blocked.pop(ident, None)
+                call.finished = True
+                call.done.release()
+                if len(_idle) >= MAX_IDLE_WORKERS:
+                    return
+                _idle.append(self)
+            del call
 
 
 def blocked_calls() -> dict[str, float]:
@@ -190,46 +238,37 @@ def blocked_calls() -> dict[str, float]:
 
 
 def call_with_timeout(fn: Callable[..., T], timeout_s: float, *args: Any, what: str = "NVML call") -> T:
-    """``fn(*args)`` run in a daemon thread, waited for ``timeout_s`` seconds (finite, > 0);
-    returns its value or raises its exception in the caller's thread.
+    """``fn(*args)`` run in a daemon worker thread, waited for ``timeout_s`` seconds (finite,
+    > 0); returns its value or raises its exception in the caller's thread.
 
     Raises :class:`NvmlTimeout` when it has not returned after ``timeout_s`` (the thread stays
-    blocked; it is forgotten when it returns), and at once, starting no thread, while an earlier
-    call is still blocked past its timeout. ``what`` names the call in the error and the thread.
-    ValueError for a bad ``timeout_s``."""
+    blocked; it is forgotten when it returns), and at once, handing nothing to a thread, while an
+    earlier call is still blocked past its timeout. ``what`` names the call in the error.
+    ValueError for a bad ``timeout_s``. Worker threads are kept for the next call (at most
+    :data:`MAX_IDLE_WORKERS` idle); calls from several threads at once run side by side."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not (
             math.isfinite(timeout_s) and timeout_s > 0):
         raise ValueError(f"timeout_s must be a finite number of seconds > 0 (got {timeout_s!r})")
+    call = _Call(fn, args, what)
     with _lock:
         if _blocked:
             first, t0 = min(_blocked.values(), key=lambda v: v[1])
             raise NvmlTimeout(what, timeout_s, blocked=first, blocked_s=time.monotonic() - t0)
-    box: dict[str, Any] = {}
-    done = threading.Event()
+        worker = _idle.pop() if _idle else None
     started = time.monotonic()
-
-    def target() -> None:
-        try:
-            box["value"] = fn(*args)
-        except BaseException as e:  # handed to the caller's thread
-            box["error"] = e
-        finally:
-            with _lock:
-                _blocked.pop(threading.get_ident(), None)
-                box["done"] = True
-            done.set()
-
-    t = threading.Thread(target=target, name=f"nvml: {what}", daemon=True)
-    t.start()
-    if not done.wait(timeout_s):
+    if worker is None:
+        worker = _Worker()
+    worker.calls.put(call)
+    if not call.done.acquire(timeout=timeout_s):
         with _lock:
-            if not box.get("done"):
-                assert t.ident is not None
-                _blocked[t.ident] = (what, started)
+            if not call.finished:
+                assert worker.thread.ident is not None
+                _blocked[worker.thread.ident] = (what, started)
                 raise NvmlTimeout(what, timeout_s)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    if call.error is not None:
+        error, call.error = call.error, None
+        raise error
+    return call.value
 
 
 # ---- the session ------------------------------------------------------------------------------

@@ -108,6 +108,35 @@ def test_a_hung_call_times_out_and_no_thread_starts_while_it_hangs() -> None:
     assert nvml.call_with_timeout(lambda: "answers again", 1) == "answers again"
 
 
+def test_calls_reuse_a_worker_thread_and_run_side_by_side_from_several_threads() -> None:
+    """A poll every few seconds starts no thread each time: the same worker answers again; two
+    callers at once each get a worker (a barrier both must reach), and at most MAX_IDLE_WORKERS
+    workers stay waiting afterwards."""
+    first = nvml.call_with_timeout(threading.get_ident, 5)
+    assert all(nvml.call_with_timeout(threading.get_ident, 5) == first for _ in range(20))
+    assert first != threading.get_ident()
+    barrier = threading.Barrier(3, timeout=5)
+    seen: list[int] = []
+
+    def meet() -> int:
+        barrier.wait()
+        return threading.get_ident()
+
+    callers = [threading.Thread(target=lambda: seen.append(nvml.call_with_timeout(meet, 5))) for _ in range(3)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(10)
+    assert len(set(seen)) == 3  # three workers ran at once (a shared one would break the barrier)
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        workers = [t for t in threading.enumerate() if t.name == "nvml worker"]
+        if len(workers) <= nvml.MAX_IDLE_WORKERS:
+            break
+        time.sleep(0.01)
+    assert len(workers) <= nvml.MAX_IDLE_WORKERS
+
+
 # ---- the call wrapper ------------------------------------------------------------------------------
 
 class _Binding:
