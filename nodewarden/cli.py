@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(nodewarden/analysis/reference/fireflyer), else DIR's CSVs of the same names "
                          "(table6_xid_counts.csv, table7_memory_network_monthly.csv, table8_ib_flash_cuts_daily.csv)")
     an.add_argument("--nodes", type=_positive_int, metavar="N",
-                    help="fleet size for the fleet MTBF (default: the hosts seen in the data)")
+                    help="fleet size for the fleet MTBF (default: the hosts whose logs were read, "
+                         "those that logged no event included)")
     an.add_argument("--window", type=_seconds_arg, default=60.0, metavar="SECONDS",
                     help="window of faults that come together on one host (default 60)")
     an.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -419,6 +420,13 @@ def _out_dir_problem(option: str, path: str) -> str | None:
         return f"{option} {path}: cannot be created, {probe} is not a directory"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{option} {path}: {probe} is not writable"
+    # Mode bits do not tell root that a file system refuses new entries (/proc, read-only): a
+    # directory is made there and removed at once.
+    import tempfile
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".nodewarden-probe-", dir=probe))
+    except OSError as e:
+        return f"{option} {path}: cannot write the report there: {e.strerror or e} ({probe})"
     return None
 
 
@@ -429,6 +437,9 @@ def _analyze_usage(args: argparse.Namespace) -> str | None:
     problem = _input_usage(args)
     if problem:
         return problem
+    for path in args.paths:  # a report of the other inputs would pass for the fleet's
+        if path != "-" and not os.path.lexists(path):
+            return f"{path}: no such file or directory"
     if args.out is not None and (problem := _out_dir_problem("--out", args.out)):
         return problem
     if args.paper_tables is not None and not os.path.isdir(args.paper_tables):

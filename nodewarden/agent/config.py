@@ -50,6 +50,14 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     args = ["--profile", "auto"]         # added to: validate --json <state_dir>/validate.json --no-progress
     timeout_seconds = 3600
 
+    [kubernetes]                         # the GpuHardwareHealthy node condition (nodewarden.agent.nodecondition)
+    node_condition = false               # publish it on this node's Node object
+    node_name = "gpu-node-001"           # default: the NODE_NAME environment variable (downward API)
+    kubeconfig = "/etc/nodewarden/kubeconfig"  # default: the pod's service account (in-cluster)
+    service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    heartbeat_seconds = 60               # lastHeartbeatTime refreshed this often (and on every change)
+    request_timeout_seconds = 10         # one request to the API server: connect, TLS, every read
+
 A file that is not TOML, an unknown key or table, a value of the wrong type, a number out of
 its range (below), or a NUL character in a string is a :class:`ConfigError` naming the file and
 the key (``agent.toml: journal.max_bytes: expected an integer``), or the flag
@@ -66,9 +74,10 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from nodewarden import collectors
 from nodewarden import kmsg as kmsg_reader
@@ -104,6 +113,19 @@ class HttpConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class KubernetesConfig:
+    """The ``[kubernetes]`` table. ``node_name`` None: the ``NODE_NAME`` environment variable;
+    ``kubeconfig`` None: the pod's service account (``service_account_dir``)."""
+
+    node_condition: bool = False
+    node_name: str | None = None
+    kubeconfig: str | None = None
+    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
+    heartbeat_seconds: float = 60.0
+    request_timeout_seconds: float = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
 class AgentConfig:
     """The agent's settings after file and flags are merged. ``source``: the file read, if any."""
 
@@ -127,6 +149,7 @@ class AgentConfig:
     journal_source_rate_per_second: float = 1.0
     validator: ValidatorConfig = ValidatorConfig()
     http: HttpConfig = HttpConfig()
+    kubernetes: KubernetesConfig = KubernetesConfig()
     source: str | None = None
 
     def enabled(self, collector: str) -> bool:
@@ -192,6 +215,8 @@ RANGES: tuple[Range, ...] = (
     Range("validator.interval_days", float, 1 / 24, 366.0, "days", "one hour to a year between runs"),
     Range("validator.jitter_hours", float, 0.0, 8784.0, "h", "per-host offset into each interval"),
     Range("validator.timeout_seconds", float, 1.0, 7 * 86400.0, "s", "a run is terminated after this"),
+    Range("kubernetes.heartbeat_seconds", float, 1.0, 86400.0, "s", "the node condition's heartbeat"),
+    Range("kubernetes.request_timeout_seconds", float, 0.1, 300.0, "s", "one request to the API server"),
 )
 RANGE_BY_KEY: dict[str, Range] = {r.key: r for r in RANGES}
 
@@ -269,6 +294,9 @@ TABLES: dict[str, dict[str, Callable[[Any], Any]]] = {
     "validator": {"enabled": _boolean, "interval_days": _ranged("validator.interval_days"),
                   "jitter_hours": _ranged("validator.jitter_hours"), "args": _string_list,
                   "timeout_seconds": _ranged("validator.timeout_seconds")},
+    "kubernetes": {"node_condition": _boolean, "node_name": _nonempty, "kubeconfig": _nonempty,
+                   "service_account_dir": _nonempty,
+                   **{k: _ranged(f"kubernetes.{k}") for k in ("heartbeat_seconds", "request_timeout_seconds")}},
 }
 
 
@@ -314,6 +342,8 @@ def parse(doc: dict[str, Any], name: str, base: AgentConfig | None = None) -> Ag
         changes["validator"] = dataclasses.replace(cfg.validator, **tables["validator"])
     if "http" in tables:
         changes["http"] = dataclasses.replace(cfg.http, **tables["http"])
+    if "kubernetes" in tables:
+        changes["kubernetes"] = dataclasses.replace(cfg.kubernetes, **tables["kubernetes"])
     return dataclasses.replace(cfg, **changes)
 
 
@@ -376,6 +406,22 @@ __doc__ = (__doc__ or "") + ranges_doc() + "\n"
 
 if __name__ == "__main__":  # the ranges block of deploy/config/nodewarden-agent.toml
     print("\n".join("#" + line[3:] for line in ranges_doc().splitlines()))
+
+
+def node_name(cfg: AgentConfig, env: Mapping[str, str] = os.environ) -> str:
+    """The node whose condition the agent publishes: ``[kubernetes] node_name``, else the
+    ``NODE_NAME`` environment variable. Raises ConfigError naming both when neither is set, or
+    when the name is no Kubernetes object name (RFC 1123 subdomain)."""
+    where = f"{cfg.source}: kubernetes.node_name" if cfg.source else "kubernetes.node_name"
+    name = cfg.kubernetes.node_name or env.get("NODE_NAME", "")
+    if not name:
+        raise ConfigError(f"{where}: not set, and NODE_NAME is empty (the DaemonSet sets it from spec.nodeName)")
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        raise ConfigError(f"{where}: {name!r} is not a Kubernetes node name (lower-case RFC 1123 subdomain)")
+    return name
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 def parse_listen(text: str) -> tuple[str, int]:

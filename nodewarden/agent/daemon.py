@@ -99,6 +99,7 @@ class Agent:
         self._warned_open = False
         self.poller: Poller | None = None
         self.scheduler: Scheduler | None = None
+        self.node_condition: Any = None  # nodewarden.agent.nodecondition.NodeConditionPublisher when on
         if cfg.enabled(ex.KERNEL_LOG):
             counters.set(ex.SUCCESS, (ex.KERNEL_LOG,), 0.0)
         counters.set(ex.STATE_ERRORS, (), float(store.write_errors))
@@ -211,6 +212,7 @@ class Agent:
             "state_error": self.store.last_error,
             "collectors": self.poller.health() if self.poller is not None else {},
             "validator": self.scheduler.health() if self.scheduler is not None else None,
+            "kubernetes": self.node_condition.health() if self.node_condition is not None else None,
             "version": __version__,
             "host": self.host,
         }
@@ -229,6 +231,44 @@ def kernel_observer(flash: FlashCuts | None, aer: AerReconciler | None
         return flash.observe_events(events) if flash is not None else []
 
     return observe
+
+
+def also_observe(observer: Callable[[list[FaultEvent]], list[FaultEvent]] | None,
+                 watch: Callable[[list[FaultEvent]], None]) -> Callable[[list[FaultEvent]], list[FaultEvent]]:
+    """``observer`` with ``watch`` shown the same events first (the node condition's latch)."""
+    def observe(events: list[FaultEvent]) -> list[FaultEvent]:
+        watch(events)
+        return observer(events) if observer is not None else []
+
+    return observe
+
+
+def node_condition_publisher(cfg: cf.AgentConfig, agent_of: Callable[[], "Agent"], counters: Counters) -> Any:
+    """The node-condition publisher of ``[kubernetes] node_condition = true``
+    (:mod:`nodewarden.agent.nodecondition`, imported only then, with http.client and ssl).
+    Raises ConfigError naming the key (no node name, unusable credentials)."""
+    from nodewarden.agent import nodecondition as nc
+    from nodewarden.catalog.policy import default_policy
+
+    k = cfg.kubernetes
+    node = cf.node_name(cfg)
+    key = "kubernetes.kubeconfig" if k.kubeconfig else "kubernetes.service_account_dir"
+    try:
+        creds = nc.load_credentials(k.kubeconfig, k.service_account_dir)
+    except nc.CredentialsError as e:
+        raise cf.ConfigError(f"{cfg.source + ': ' if cfg.source else ''}{key}: {e}") from None
+
+    def samples() -> list[Any]:
+        poller = agent_of().poller
+        return poller.samples() if poller is not None else []
+
+    def gpu_of(pci: str) -> str:
+        return agent_of().gpu_of(pci) if pci else ""
+
+    return nc.NodeConditionPublisher(
+        creds, node, samples, counters.snapshot, nvml_enabled=cfg.enabled("nvml"),
+        interval_s=min(cfg.poll_interval_seconds, 10.0), heartbeat_s=k.heartbeat_seconds,
+        timeout_s=k.request_timeout_seconds, policy_action=default_policy().action, gpu_of=gpu_of)
 
 
 def _setup_logging(level: str) -> None:
@@ -341,7 +381,16 @@ def run(args: argparse.Namespace) -> int:
     collectors = build_collectors(cfg.enabled_collectors, cfg.sysfs, host)
     # The polled collectors' sysfs AER rises and the kernel log's AER records: one event per error.
     aer = AerReconciler(window_s=cfg.poll_interval_seconds + AER_SLACK_S) if collectors else None
-    agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host, observer=kernel_observer(flash, aer))
+    observer = kernel_observer(flash, aer)
+    publisher = None
+    if cfg.kubernetes.node_condition:
+        try:
+            publisher = node_condition_publisher(cfg, lambda: agent, counters)
+        except cf.ConfigError as e:
+            return _usage(str(e))
+        observer = also_observe(observer, publisher.observe)
+    agent = Agent(cfg, counters, store, saved.kmsg, frozenset(), host, observer=observer)
+    agent.node_condition = publisher
     sink: EventSink | None = None
     if collectors:
         sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host, aer=aer)
@@ -357,13 +406,18 @@ def run(args: argparse.Namespace) -> int:
         reports.seen_now()  # exported by the scheduler at start
     else:
         reports.poll()
+    if publisher is not None:  # the kernel-log latch of the last run, after the report is exported
+        publisher.relatch(state_dir, cfg.journal_max_age_days)
 
     server_module = import_server(tls=web is not None and web.ssl_context is not None)
     AgentHTTPServer, FdLimitError, ServerSettings = (server_module.AgentHTTPServer, server_module.FdLimitError,
                                                      server_module.ServerSettings)
     try:
-        exposition = ex.Exposition(ex.AgentCollector(agent.snapshot,
-                                                     agent.poller.samples if agent.poller is not None else None))
+        polled = agent.poller.samples if agent.poller is not None else None
+        if publisher is not None:
+            polled_of = polled
+            polled = lambda: [*(polled_of() if polled_of is not None else []), *publisher.samples()]  # noqa: E731
+        exposition = ex.Exposition(ex.AgentCollector(agent.snapshot, polled))
         h = cfg.http
         server = AgentHTTPServer(addr, exposition, agent.health, web=web, settings=ServerSettings(
             max_connections=h.max_connections, backlog=h.backlog, request_timeout_seconds=h.request_timeout_seconds,
@@ -408,6 +462,10 @@ def run(args: argparse.Namespace) -> int:
         agent.poller.start()
     if agent.scheduler is not None:
         agent.scheduler.start()
+    if publisher is not None:
+        publisher.start()
+        log.info("publishing node condition %s of node %s to %s:%d (credentials: %s)", "GpuHardwareHealthy",
+                 publisher.node, publisher.creds.host, publisher.creds.port, publisher.creds.source)
     try:
         if cfg.enabled(ex.KERNEL_LOG):
             agent.follow(stop, wake_r)
@@ -426,6 +484,8 @@ def run(args: argparse.Namespace) -> int:
             sink.flush()  # AER rises still waiting for their kernel-log record
         if agent.scheduler is not None:
             agent.scheduler.stop()
+        if publisher is not None:
+            publisher.stop()
         agent.close()
         agent.save_state()
         server.shutdown()

@@ -13,8 +13,9 @@ When a run is due (pure functions, tested with a fake clock):
 * A node never validated is due ``offset`` after the agent first started there: a new node is
   validated within ``jitter_hours``, and a fleet installed at once does not run all together.
 * Due, but a GPU runs a compute process (NVML ``nvmlDeviceGetComputeRunningProcesses`` on every
-  GPU): retried every :data:`BUSY_RETRY_S` (30 min). No NVML (no library, no driver, no GPU)
-  counts as idle: the suite then checks what the node has. An NVML probe that hangs counts as
+  GPU): retried every :data:`BUSY_RETRY_S` (30 min), the next look exported as the next run's
+  time; ``/healthz`` says since when and why (:meth:`Scheduler.health`). No NVML (no library,
+  no driver, no GPU) counts as idle: the suite then checks what the node has. An NVML probe that hangs counts as
   busy (it is given :data:`PROBE_TIMEOUT_S` under :func:`nodewarden.nvml.call_with_timeout`; no
   second probe starts while an NVML call of the agent is still blocked in the driver).
 
@@ -64,6 +65,7 @@ log = logging.getLogger(__name__)
 
 ANCHOR = 345600.0  # 1970-01-05T00:00:00Z, a Monday: slot boundaries as OnCalendar=weekly (in UTC)
 BUSY_RETRY_S = 1800.0  # GPUs busy: look again this much later
+BUSY_REASON = "GPUs busy (a compute process runs, or NVML does not answer)"  # why a due run waits
 PROBE_TIMEOUT_S = 60.0  # an NVML busy probe running longer counts as busy
 CANNOT_START = 127  # exit code exported when the validator could not be started (as a shell says)
 KILL_GRACE_S = 10.0  # after SIGTERM (timeout or agent stop), SIGKILL this much later (fits TimeoutStopSec=20s)
@@ -386,7 +388,7 @@ class Scheduler:
         self.running_since: float | None = None
         self.next_at: float | None = None
         self._retry_at: float | None = None
-        self._busy_logged = False
+        self.deferred_since: float | None = None  # when a due run was first put off for busy GPUs
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if self.state.last_attempt is not None and self.state.last_exit_code is None:
@@ -425,13 +427,13 @@ class Scheduler:
                 continue
             if self.busy():
                 self._retry_at = now + self.busy_retry_s
-                if not self._busy_logged:
-                    log.info("validator run due, but a GPU runs a compute process: retrying every %g min",
+                if self.deferred_since is None:
+                    self.deferred_since = now
+                    log.info("validator run due, but %s: retrying every %g min", BUSY_REASON,
                              self.busy_retry_s / 60)
-                    self._busy_logged = True
                 continue
             self._retry_at = None
-            self._busy_logged = False
+            self.deferred_since = None
             self.run_once(stop)
 
     # -- one run -----------------------------------------------------------------------------
@@ -551,10 +553,15 @@ class Scheduler:
                       self.dir / SCHEDULE_FILE, e.strerror or e)
 
     def health(self) -> dict[str, Any]:
+        """The ``validator`` part of ``/healthz``: times as ISO 8601 UTC or None. While a due run
+        waits for busy GPUs, ``deferred_since`` is when it was first put off, ``deferred_because``
+        :data:`BUSY_REASON` and ``next_run`` the next look; both None otherwise."""
         def t(x: float | None) -> str | None:
             return iso_utc(dt.datetime.fromtimestamp(x, dt.timezone.utc)) if x is not None else None
         return {"running_since": t(self.running_since), "next_run": t(self.next_at),
-                "last_attempt": t(self.state.last_attempt), "last_exit_code": self.state.last_exit_code}
+                "last_attempt": t(self.state.last_attempt), "last_exit_code": self.state.last_exit_code,
+                "deferred_since": t(self.deferred_since),
+                "deferred_because": BUSY_REASON if self.deferred_since is not None else None}
 
 
 def _report_started(doc: dict[str, Any]) -> float | None:

@@ -463,6 +463,20 @@ def _lines_backward(f: Any, chunk: int = 1 << 20) -> Iterable[bytes]:
                 yield line
 
 
+def _torn_tail(f: Any, chunk: int = 1 << 16) -> int:
+    """Bytes after the last newline of binary file ``f`` (a line cut by a crash mid-append: no
+    whole line ends there), 0 for a file that ends with a newline or is empty. Looks at most
+    ``chunk`` bytes back (a longer torn line counts as ``chunk``)."""
+    end = f.seek(0, os.SEEK_END)
+    if end == 0:
+        return 0
+    start = max(0, end - chunk)
+    f.seek(start)
+    tail = f.read(end - start)
+    nl = tail.rfind(b"\n")
+    return len(tail) - nl - 1 if nl >= 0 else len(tail)
+
+
 def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
                  boot_time: dt.datetime | None = None) -> list[FaultEvent]:
     """The journal carries the cursor: every kmsg record in it has ``attrs.boot_id`` and
@@ -479,7 +493,7 @@ def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
     10,000-record batch cut by a crash is read whole. With ``boot_id`` None (boot id unknown)
     only the part past a cursor of the same unknown boot, dated from ``boot_time`` on, is taken
     (with no such cursor: nothing, a boot's records cannot be told from another's). Never raises: an unreadable file is
-    skipped (logged), a torn or foreign line ignored.
+    skipped (logged), a foreign line ignored, a torn last line (a crash mid-append) logged and ignored.
     """
     same = pos if pos is not None and pos.boot_id == boot_id else None
     if boot_id is None and same is None:
@@ -500,6 +514,11 @@ def journal_tail(state_dir: Path, boot_id: str | None, pos: KmsgPosition | None,
             files_since_stop += 1
         try:
             with open(path, "rb") as f:
+                torn = _torn_tail(f)
+                if torn:
+                    log.warning("journal file %s ends mid-line (%d byte(s) of a write cut by a crash or a full "
+                                "disk): that line is ignored; its event is counted again from the kernel ring "
+                                "buffer while the buffer still holds it", path, torn)
                 for line in _lines_backward(f):
                     if needle not in line:
                         continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from nodewarden.workers import ignore_sigint, stop, wait
+from nodewarden.workers import init_worker, stop, wait
 
 CONNECT_TIMEOUT_S = 30.0  # how long to wait for the scheduler to answer
 
@@ -33,10 +33,12 @@ class ProcessPool:
     the run with ClusterError instead of leaving its task waited for ever."""
 
     def __init__(self, jobs: int) -> None:
+        import os
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
         self.slots = jobs
-        self._pool = ProcessPoolExecutor(jobs, mp_context=get_context("fork"), initializer=ignore_sigint)
+        self._pool = ProcessPoolExecutor(jobs, mp_context=get_context("fork"), initializer=init_worker,
+                                         initargs=(os.getpid(),))
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         from concurrent.futures.process import BrokenProcessPool

@@ -9,14 +9,13 @@
 
 Counts are whole numbers: the count axes tick at integers only. A series that is zero
 throughout (a group with no Xids) is left out of the bars and the legend; with none left the
-axes say "none". A month the data covers only in part (the first or last of the observed span)
-is labelled ``2023-04*``, with a footnote ``* partial month: 2023-04: 12 of 30 days``.
+axes have no ticks and say what is absent ("no data: no IB flash cuts in the window"). A month
+the data covers only in part (the first or last of the observed span) is labelled
+``2023-04*``, with a footnote ``* partial month: 2023-04: 12 of 30 days``.
 """
 
 from __future__ import annotations
 
-import calendar
-import datetime as dt
 from pathlib import Path
 
 import matplotlib
@@ -35,21 +34,21 @@ FIGURE11 = "figure11_ib_flash_cuts_daily.png"
 XIDS_OVER_TIME = "xids_over_time.png"
 
 
-def _empty(ax, text: str = "no events") -> None:
+# The figures of a window without their data: what is absent, in the middle of bare axes.
+NO_FIGURE10_DATA = "no data: no CPU memory ECC errors, IB flash cuts or GPU memory Xids in the window"
+NO_FIGURE11_DATA = "no data: no IB flash cuts in the window"
+NO_XID_DATA = "no data: no Xids in the window"
+
+
+def _empty(ax, text: str) -> None:
+    """Bare axes saying ``text``: no ticks (matplotlib's default 0-1 scale would look like data)."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+    ax.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
 
 
-Span = tuple[dt.date, dt.date]  # first and last day the data covers (UTC), both included
-
-
-def month_coverage(month: str, span: Span) -> tuple[int, int]:
-    """``(days of month covered by span, days in month)`` for ``month`` (``YYYY-MM``) and the
-    observed ``span`` (first, last day, inclusive)."""
-    y, m = map(int, month.split("-"))
-    days = calendar.monthrange(y, m)[1]
-    lo = max(span[0], dt.date(y, m, 1))
-    hi = min(span[1], dt.date(y, m, days))
-    return max(0, (hi - lo).days + 1), days
+Span = tables.Span
+month_coverage = tables.month_coverage
+observed_span = tables.observed_span
 
 
 def month_labels(months: list[str], span: Span | None) -> tuple[list[str], str]:
@@ -129,7 +128,7 @@ def figure10(t7: pd.DataFrame, path: str | Path, span: Span | None = None) -> Pa
         ax.set_xticks(x, labels, rotation=45, ha="right")
         _legend_outside(ax)
     else:
-        _empty(ax, "none")
+        _empty(ax, NO_FIGURE10_DATA)
     _integer_counts(ax)
     ax.set_ylabel("failures")
     ax.set_title("Monthly memory and network failures (GPU vs CPU)")
@@ -155,7 +154,7 @@ def figure11(t8: pd.DataFrame, path: str | Path, span: Span | None = None) -> Pa
                edgecolor="black", linewidth=0.6)
         fig.autofmt_xdate()
     else:
-        _empty(ax, "no IB flash cuts")
+        _empty(ax, NO_FIGURE11_DATA)
     _integer_counts(ax)
     ax.set_ylabel("IB flash cuts per day")
     ax.set_title("IB link flash cuts per day")
@@ -185,25 +184,11 @@ def xids_over_time(df: pd.DataFrame, path: str | Path, freq: str = "month", span
         ax.set_xticks(pos, labels, rotation=45, ha="right")
         _legend_outside(ax)
     else:
-        _empty(ax, "no Xids")
+        _empty(ax, NO_XID_DATA)
     _integer_counts(ax)
     ax.set_ylabel("Xid events")
     ax.set_title(f"Xid events per {'week' if freq == 'week' else 'month'} by group")
     return _save(fig, path, note)
-
-
-def observed_span(df: pd.DataFrame, since: dt.datetime | None = None,
-                  until: dt.datetime | None = None) -> Span | None:
-    """First and last day (UTC, inclusive) the data covers: ``since`` .. ``until`` (exclusive)
-    where given, else the first and last event's day; None without timed events or bounds."""
-    t = df["time"].dropna()
-    lo = pd.Timestamp(since) if since is not None else (t.min() if len(t) else None)
-    hi = pd.Timestamp(until) - pd.Timedelta(1, "ns") if until is not None else (t.max() if len(t) else None)
-    if lo is None or hi is None:
-        return None
-    lo = lo.tz_convert("UTC") if lo.tzinfo else lo
-    hi = hi.tz_convert("UTC") if hi.tzinfo else hi
-    return lo.date(), hi.date()
 
 
 def write_figures(df: pd.DataFrame, t7: pd.DataFrame, t8: pd.DataFrame, out_dir: str | Path,

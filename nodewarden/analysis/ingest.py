@@ -38,6 +38,25 @@ class IngestStats:
     journal_duplicates: int = 0  # agent-journal records seen before (same host, boot id, seq, kind, Xid)
     injected: int = 0  # events of records user space wrote (facility not kern), left out by Filters.kernel_only
     errors: list[str] = dataclasses.field(default_factory=list)
+    # nodewarden's own outputs found among the inputs and not read, one line each saying why
+    # (expand_paths' ``left_out``: a simulated fleet's ground truth, a report directory)
+    left_out: list[str] = dataclasses.field(default_factory=list)
+    # The hosts whose inputs were read, with or without events (see :meth:`hosts`)
+    path_hosts: dict[str | None, set[str]] = dataclasses.field(default_factory=dict)
+
+    def hosts(self) -> set[str]:
+        """The fleet's nodes: the hosts whose inputs were read, whether or not they logged an
+        event. Each input read counts its events' hosts (copies and events outside the time or
+        kind filters included); a host named only by its path (``logs/node07/...``,
+        ``node07.log``) counts when none of its inputs' events named a host (it logged nothing),
+        so that a path's name and the name its lines give are not counted twice. With a host
+        filter (``Filters.hosts``) only the hosts it selects."""
+        out: set[str] = set()
+        for path_host, named in self.path_hosts.items():
+            out |= named
+            if path_host is not None and not named:
+                out.add(path_host)
+        return out
 
 
 @dataclasses.dataclass
@@ -481,6 +500,7 @@ class _Run:
         self.filters, self.tz, self.boot_time, self.dedupe = filters, tz, boot_time, dedupe
         self.stdin, self.on_error, self.jobs, self.cache, self.dask = stdin, on_error, jobs, cache, dask
         self.deduper: CopyDeduper | None = None
+        self.host_of: dict[str, str | None] = {}  # input id: the host its path names (expand_paths)
         self.journal_seen: set[tuple[Any, ...]] = set()  # journal_record_key of every journal record yielded
 
     def report(self, msg: str) -> None:
@@ -490,7 +510,9 @@ class _Run:
 
     def events(self, paths: list[str], exclude: Iterable[str | os.PathLike[str]]) -> Iterator[FaultEvent]:
         """The selected events of ``paths`` in input order; a pool's tasks run ahead."""
-        files, errors = expand_paths([p for p in paths if p != "-"], exclude=list(exclude))
+        files, errors = expand_paths([p for p in paths if p != "-"], exclude=list(exclude),
+                                     left_out=self.stats.left_out)
+        self.host_of = {str(f.path): f.host for f in files}  # input id: the host its path names
         # Copies exist only across inputs: with one input there is nothing to de-duplicate.
         self.deduper = CopyDeduper() if self.dedupe and len(files) + ("-" in paths) > 1 else None
         self.inputs = len(files) + ("-" in paths)
@@ -581,15 +603,21 @@ class _Run:
         if events is None:  # held back by a pool task at its event bound: read here
             f = next(f for f in unit.files if str(f.path) == r.input_id)
             events = _stream_file(f, self.tz, self.boot_time, False)
+        named: set[str] = set()  # the hosts its events name
         if isinstance(events, list):
-            yield from self._select(events, r.input_id)
+            yield from self._select(events, r.input_id, named)
         else:  # streamed: each event written out as it is parsed
-            outcome = yield from self._select(events, r.input_id)
+            outcome = yield from self._select(events, r.input_id, named)
         assert outcome is not None
         if outcome.error is not None:
             self.report(outcome.error)
         if outcome.counted:
             self.stats.files += 1
+            path_host, selected = self.host_of.get(r.input_id), self.filters.hosts
+            if selected is not None:
+                named &= selected
+                path_host = path_host if path_host in selected else None
+            self.stats.path_hosts.setdefault(path_host, set()).update(named)
             if outcome.records is not None:
                 self.stats.records += outcome.records
                 self.stats.unparsed += outcome.unparsed  # type: ignore[operator]
@@ -600,9 +628,10 @@ class _Run:
             self.progress(ReadProgress(r.input_id, host, self.inputs_done, self.inputs,
                                        self.bytes_done, self.bytes_total, self.stats.events))
 
-    def _select(self, events: Iterable[FaultEvent], input_id: str) -> Generator[FaultEvent, None, Any]:
+    def _select(self, events: Iterable[FaultEvent], input_id: str,
+                named: set[str]) -> Generator[FaultEvent, None, Any]:
         """The events of one input that are no copy and pass the filters; returns what a
-        streamed input returns."""
+        streamed input returns. The hosts of all its events (selected or not) go into ``named``."""
         scope = input_id if input_id == "-" else os.path.dirname(os.path.abspath(input_id))
         from_journal = self.dedupe and input_id != "-" and _is_journal(Path(input_id))
         stats = self.stats
@@ -612,6 +641,8 @@ class _Run:
                 e = next(it)
             except StopIteration as stop:
                 return stop.value
+            if e.host is not None:
+                named.add(e.host)
             if from_journal and self._journal_repeat(e):
                 continue
             if self.deduper is not None and not self.deduper.accept(e, input_id, scope):

@@ -91,9 +91,11 @@ def _within(t: pd.Series, lo: pd.Timestamp | None, hi: pd.Timestamp | None) -> p
 
 def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime | None = None,
           paper_dir: str | Path | None = None, nodes: int | None = None, window: float = 60.0,
-          top: int = 10) -> tuple[list[Table], list[str]]:
+          top: int = 10, hosts: Iterable[str] = ()) -> tuple[list[Table], list[str]]:
     """All tables of the report and the discrepancy messages. Flash cuts are derived from all of
-    ``df``, then, like every other event, kept when they begin in [``since``, ``until``)."""
+    ``df``, then, like every other event, kept when they begin in [``since``, ``until``).
+    ``hosts``: the hosts whose logs were read (``IngestStats.hosts()``), nodes of the fleet even
+    when they logged no event."""
     cuts = tables.flash_cuts(df)
     df_all = df
     lo = hi = None
@@ -104,11 +106,12 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
         cuts = cuts[_within(cuts["time"], lo, hi)]
     t5 = tables.table5_xid_groups(df)
     t6 = tables.table6_xid_counts(df)
-    t7 = tables.table7_memory_network_monthly(df, cuts)
+    span = tables.observed_span(df, since, until)
+    t7 = tables.table7_memory_network_monthly(df, cuts, span)
     t8 = tables.table8_ib_flash_cuts_daily(cuts)
     rep = {k: label_percent_columns(v) for k, v in fstats.repeat_offenders(df, cuts, top=top).items()}
-    fleet = fstats.mtbf(df, cuts, since=since, until=until, nodes=nodes)
-    per_node = fstats.mtbf_per_node(df, cuts, since=since, until=until)
+    fleet = fstats.mtbf(df, cuts, since=since, until=until, nodes=nodes, hosts=hosts)
+    per_node = fstats.mtbf_per_node(df, cuts, since=since, until=until, hosts=hosts)
     co = fstats.co_occurrence(df, cuts, window=window)
     kinds = tables.kind_counts(df)
     outages = tables.ib_link_outages(df_all)
@@ -128,8 +131,12 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
         Table("table6_xid_counts", "Table VI - Xid errors by group", t6, tables.format_percent(t6),
               note=tables.group_label_note()),
         Table("table7_memory_network_monthly",
-              "Table VII - monthly CPU memory ECC errors, IB flash cuts and GPU memory-related Xids", t7, t7),
-        Table("table8_ib_flash_cuts_daily", "Table VIII - IB flash cuts per day", t8, t8),
+              "Table VII - monthly CPU memory ECC errors, IB flash cuts and GPU memory-related Xids", t7, t7,
+              note="Every month of the observation window, months without these faults included; partial: the "
+                   "days of a month the window covers, when it covers only some (first and last month)."),
+        Table("table8_ib_flash_cuts_daily", "Table VIII - IB flash cuts per day (days with a flash cut)", t8, t8,
+              note="Only the days with a flash cut are listed, as in the paper: every other day of the window "
+                   "had none."),
         Table("repeat_offenders_nodes", "Repeat offenders - nodes by hardware faults", rep["nodes"],
               _fmt_floats(rep["nodes"])),
         Table("repeat_offenders_gpus", "Repeat offenders - GPUs by hardware Xids", rep["gpus"],
@@ -138,7 +145,8 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
               _fmt_floats(rep["ib_ports"])),
         Table("mtbf_fleet", "MTBF per category (fleet)", fleet, _fmt_floats(fleet),
               note="MTBF = observation window x nodes / failures (hours); window = first..last event, or "
-                   "--since/--until; nodes = hosts seen in the data unless --nodes is given."),
+                   "--since/--until; nodes = hosts whose logs were read, those that logged no event "
+                   "included, unless --nodes is given."),
         Table("mtbf_per_node", "MTBF per node (hardware faults)", per_node, _fmt_floats(per_node), printed=False,
               note="Per node MTBF = observation window / the node's hardware faults (hours)."),
         Table("co_occurrence", f"Faults that come together (same host, within {window:g} s)", co, co,
@@ -177,13 +185,26 @@ def build(df: pd.DataFrame, since: dt.datetime | None = None, until: dt.datetime
     ]
     disc = tables.flash_cut_discrepancies(t7, t8) + journal_log_discrepancies(df, cuts)
     if paper_dir is not None:
+        n = int(fleet["nodes"].iloc[0])
+        scaled = tables.paper_scale_differs(n, span)
+        scale_note = tables.paper_scale_note(n, span)
+        if scaled:
+            disc.append({"message": f"{scale_note} Counts differ with the size: the paper_diff tables give "
+                                    "per-node-day rates beside them."})
+            scale_note += " " + tables.RATES_NOTE
         for name, ours in (("table6", t6), ("table7", t7), ("table8", t8)):
             diff = tables.compare_with_paper(ours, name, paper_dir)
             if diff is None:
                 disc.append({"message": f"paper {name}: reference CSV not found in {paper_dir}"})
                 continue
-            out.append(Table(f"paper_diff_{name}", f"Cells that differ from the paper's {name}", diff, diff,
-                             printed=False))
+            if scaled:
+                diff = tables.with_rates(diff, name, n, span, tables.paper_period(name, paper_dir))
+            shown = diff.copy()
+            for c in ("ours_per_node_day", "paper_per_node_day"):
+                if c in shown:
+                    shown[c] = shown[c].map(lambda v: "" if pd.isna(v) else f"{v:.3g}")
+            out.append(Table(f"paper_diff_{name}", f"Cells that differ from the paper's {name}", diff, shown,
+                             printed=False, note=scale_note))
             if len(diff):
                 disc.append({"message": f"{name}: {len(diff)} cells differ from the paper's printed table "
                                         f"(paper_diff_{name}.csv)"})
@@ -211,18 +232,37 @@ def unparsed_summary(read: int, kept: int) -> str:
             f"that are no event); kept as events of kind unparsed (Events by kind): {kept}")
 
 
+def left_out_summary(left_out: list[str], shown: int = 3) -> str:
+    """The Data line's part on nodewarden's own outputs found among the inputs and not read
+    (``IngestStats.left_out``, one line each saying why): ``""`` when none, else the first
+    ``shown`` of them and how many more."""
+    if not left_out:
+        return ""
+    more = f"; and {len(left_out) - shown} more" if len(left_out) > shown else ""
+    return f" (left out, nodewarden's own outputs: {'; '.join(left_out[:shown])}{more})"
+
+
+def hosts_summary(df: pd.DataFrame, hosts: Iterable[str]) -> str:
+    """The Data line on hosts: the fleet's nodes (:func:`fstats.fleet_hosts`) and how many of
+    them logged no event."""
+    every = fstats.fleet_hosts(df, hosts)
+    quiet = len(set(every) - set(df["host"].dropna()))
+    return f"hosts: {len(every)}" + (f" ({quiet} logged no event)" if quiet else "")
+
+
 def _summary(stats: IngestStats, df: pd.DataFrame, kinds: pd.DataFrame) -> list[str]:
     """The Data lines; ``kinds`` is the Events by kind table, whose ``unparsed`` row the unparsed
     line names."""
     t = df["time"].dropna()
     span = f"{t.min().isoformat()} .. {t.max().isoformat()}" if len(t) else "none"
     kept = int(kinds.loc[kinds["kind"] == "unparsed", "count"].sum())
-    return [f"inputs read: {stats.files}", f"events: {stats.events}", unparsed_summary(stats.unparsed, kept),
+    return [f"inputs read: {stats.files}{left_out_summary(stats.left_out)}", f"events: {stats.events}",
+            unparsed_summary(stats.unparsed, kept),
             f"copies counted once: {stats.copies_dropped}",
             f"agent-journal records seen before (host, boot id, seq): {stats.journal_duplicates}",
             f"lines user space wrote into the kernel log (not faults): {stats.injected}",
             f"unreadable inputs: {len(stats.errors)}",
-            f"hosts: {df['host'].dropna().nunique()}", f"events without a time: {int(df['time'].isna().sum())}",
+            hosts_summary(df, stats.hosts()), f"events without a time: {int(df['time'].isna().sum())}",
             f"time span: {span}"]
 
 
@@ -234,7 +274,8 @@ def run(events: Iterable[FaultEvent] | pd.DataFrame, stats: IngestStats, out_dir
     (:func:`tables.events_frame`). Returns 3 when an input could not be read, else 0."""
     stream = stream or sys.stdout
     df = events if isinstance(events, pd.DataFrame) else tables.events_frame(events)
-    report_tables, messages = build(df, since=since, until=until, paper_dir=paper_dir, nodes=nodes, window=window)
+    report_tables, messages = build(df, since=since, until=until, paper_dir=paper_dir, nodes=nodes, window=window,
+                                    hosts=stats.hosts())
     for t in report_tables:
         if not t.printed:
             continue
@@ -257,7 +298,7 @@ def run(events: Iterable[FaultEvent] | pd.DataFrame, stats: IngestStats, out_dir
         from nodewarden.analysis import figures
         t7 = next(t.data for t in report_tables if t.name == "table7_memory_network_monthly")
         t8 = next(t.data for t in report_tables if t.name == "table8_ib_flash_cuts_daily")
-        pngs = figures.write_figures(df, t7, t8, out, figures.observed_span(df, since, until))
+        pngs = figures.write_figures(df, t7, t8, out, tables.observed_span(df, since, until))
         _write_markdown(out / "report.md", report_tables, messages, summary, pngs)
         _write_html(out / "report.html", report_tables, messages, summary, pngs)
         print(f"wrote {len(report_tables)} tables (.md, .csv), {len(pngs)} figures, "

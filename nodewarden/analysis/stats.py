@@ -35,8 +35,9 @@ AER recovery lines
 MTBF
     mean time between failures of one category. Observation window W = ``until - since`` when
     both are given, else first..last time of any event in the frame, link up/down lines included
-    (each bound replaced by ``since``/``until`` when given). Fleet MTBF = W x N / F, with N the nodes (the hosts seen in
-    the frame, or ``nodes`` when the fleet size is known: healthy nodes that log nothing are
+    (each bound replaced by ``since``/``until`` when given). Fleet MTBF = W x N / F, with N the
+    nodes (the hosts seen in the frame and the hosts whose logs were read though they hold no
+    event, or ``nodes`` when the fleet size is known: a node whose logs were not given is
     otherwise not counted) and F the failures of the category in the window; per node
     MTBF = W / F_node. Reported in hours; empty (NaN) when F is 0.
 Co-occurrence
@@ -57,6 +58,7 @@ Co-occurrence
 from __future__ import annotations
 
 import datetime as dt
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -182,17 +184,24 @@ def observation_window(df: pd.DataFrame, since: dt.datetime | None = None,
     return lo, hi
 
 
+def fleet_hosts(df: pd.DataFrame, hosts: Iterable[str] = ()) -> list[str]:
+    """The fleet's nodes, sorted: the hosts of the frame's events and ``hosts`` (those whose logs
+    were read though they logged no event: ``IngestStats.hosts()``)."""
+    return sorted(set(df["host"].dropna()) | set(hosts))
+
+
 def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime | None = None,
          until: dt.datetime | None = None, nodes: int | None = None,
-         policy: catalog.Policy | None = None) -> pd.DataFrame:
+         policy: catalog.Policy | None = None, hosts: Iterable[str] = ()) -> pd.DataFrame:
     """Fleet MTBF per category (module docstring). Columns: ``category`` (Xid groups, then other
     kinds, then ``hardware`` = all hardware faults), ``failures``, ``window_hours``, ``nodes``,
-    ``mtbf_hours``. Events without a time are not counted."""
+    ``mtbf_hours``. Events without a time are not counted. N is ``nodes`` when given, else the
+    count of :func:`fleet_hosts` (``hosts``: the hosts read that may have logged nothing)."""
     f = fault_frame(df, cuts)
     f = f[f["time"].notna()]
     lo, hi = observation_window(df, since, until)
     hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
-    n = nodes if nodes is not None else int(df["host"].dropna().nunique())
+    n = nodes if nodes is not None else len(fleet_hosts(df, hosts))
     cats = pd.Series([category_of(k, x, lab) for k, x, lab in zip(f["kind"], f["xid"], f["label"])],
                      index=f.index, dtype=object)
     counts = cats.value_counts()
@@ -207,16 +216,18 @@ def mtbf(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime 
 
 
 def mtbf_per_node(df: pd.DataFrame, cuts: pd.DataFrame | None = None, since: dt.datetime | None = None,
-                  until: dt.datetime | None = None, policy: catalog.Policy | None = None) -> pd.DataFrame:
+                  until: dt.datetime | None = None, policy: catalog.Policy | None = None,
+                  hosts: Iterable[str] = ()) -> pd.DataFrame:
     """Per node: ``host``, ``hardware_faults``, ``mtbf_hours`` (window / faults; NaN when none),
-    worst (shortest MTBF) first. Nodes seen only with non-hardware events are listed with 0."""
+    worst (shortest MTBF) first. Nodes seen only with non-hardware events, and ``hosts`` whose
+    logs held no event (:func:`fleet_hosts`), are listed with 0."""
     f = fault_frame(df, cuts)
     f = f[f["time"].notna()]
     lo, hi = observation_window(df, since, until)
     hours = (hi - lo).total_seconds() / 3600.0 if lo is not None and hi is not None else 0.0
     hw = f[hardware_mask(f, policy)]
     c = hw.groupby("host").size()
-    hosts = sorted(df["host"].dropna().unique())
+    hosts = fleet_hosts(df, hosts)
     out = pd.DataFrame({"host": hosts, "hardware_faults": [int(c.get(h, 0)) for h in hosts]})
     out["mtbf_hours"] = [hours / k if k and hours > 0 else np.nan for k in out["hardware_faults"]]
     return out.sort_values(["hardware_faults", "host"], ascending=[False, True], kind="stable").reset_index(drop=True)

@@ -8,7 +8,8 @@ Tables (column names follow the CSVs of the paper's tables so that they compare 
 * Table V  ``table5_xid_groups``: group, xids, count, percentage, remedy.
 * Table VI ``table6_xid_counts``: group, xid, description, count, percentage.
 * Table VII ``table7_memory_network_monthly``: month, main_memory_cpu_ecc, network_flash_cut,
-  xid_63, xid_64, xid_79, xid_94, xid_95, total (and a Total row).
+  xid_63, xid_64, xid_79, xid_94, xid_95, total (and a Total row); given the observed span,
+  every month of it (zero rows too) and a ``partial`` column.
 * Table VIII ``table8_ib_flash_cuts_daily``: date, failure_count (days with cuts only).
 
 IB flash cuts come from two kinds of evidence (``flash_cuts``): kernel-log ``ib_link_down``/
@@ -39,8 +40,8 @@ paper does not count:
 
 from __future__ import annotations
 
+import calendar
 import datetime as dt
-
 from pathlib import Path
 from typing import Iterable
 
@@ -434,12 +435,48 @@ def _month(t: pd.Series) -> pd.Series:
     return t.dt.strftime("%Y-%m")
 
 
-def table7_memory_network_monthly(df: pd.DataFrame, cuts: pd.DataFrame | None = None) -> pd.DataFrame:
+Span = tuple[dt.date, dt.date]  # first and last day the data covers (UTC), both included
+
+
+def observed_span(df: pd.DataFrame, since: dt.datetime | None = None,
+                  until: dt.datetime | None = None) -> Span | None:
+    """First and last day (UTC, inclusive) the data covers: ``since`` .. ``until`` (exclusive)
+    where given, else the first and last event's day; None without timed events or bounds."""
+    t = df["time"].dropna()
+    lo = pd.Timestamp(since) if since is not None else (t.min() if len(t) else None)
+    hi = pd.Timestamp(until) - pd.Timedelta(1, "ns") if until is not None else (t.max() if len(t) else None)
+    if lo is None or hi is None:
+        return None
+    lo = lo.tz_convert("UTC") if lo.tzinfo else lo
+    hi = hi.tz_convert("UTC") if hi.tzinfo else hi
+    return lo.date(), hi.date()
+
+
+def month_coverage(month: str, span: Span) -> tuple[int, int]:
+    """``(days of month covered by span, days in month)`` for ``month`` (``YYYY-MM``) and the
+    observed ``span`` (first, last day, inclusive)."""
+    y, m = map(int, month.split("-"))
+    days = calendar.monthrange(y, m)[1]
+    lo = max(span[0], dt.date(y, m, 1))
+    hi = min(span[1], dt.date(y, m, days))
+    return max(0, (hi - lo).days + 1), days
+
+
+def span_months(span: Span) -> list[str]:
+    """Every month (``YYYY-MM``) from the span's first day's to its last day's."""
+    return list(pd.period_range(span[0], span[1], freq="M").astype(str))
+
+
+def table7_memory_network_monthly(df: pd.DataFrame, cuts: pd.DataFrame | None = None,
+                                  span: Span | None = None) -> pd.DataFrame:
     """Table VII: per month (``YYYY-MM``, UTC) CPU memory ECC errors (``main_memory_cpu_ecc``: the
     sum of the cpu_ecc events' EDAC counts, one per event without a count), IB flash cuts
     (``network_flash_cut``, see :func:`flash_cuts`), GPU memory-related Xids 63, 64, 79, 94 and
-    95 (``xid_63`` ...), and their ``total``; months with none of these are left out; a Total row
-    last. Events without a time are not placed in any month."""
+    95 (``xid_63`` ...), and their ``total``; a Total row last. Events without a time are not
+    placed in any month. Without ``span`` months with none of these are left out; with it (the
+    observed window, :func:`observed_span`) every month of the window is a row, zero or not, and
+    a last column ``partial`` says of a month the window covers only in part how many of its
+    days it covers (``12 of 30 days``; empty for a whole month and the Total row)."""
     if cuts is None:
         cuts = flash_cuts(df)
     timed = df[df["time"].notna()]
@@ -452,7 +489,10 @@ def table7_memory_network_monthly(df: pd.DataFrame, cuts: pd.DataFrame | None = 
     for code in GPU_MEMORY_XIDS:
         xc = x[x["xid"] == code]
         parts[f"xid_{code}"] = xc.groupby(_month(xc["time"])).size()
-    months = sorted(set().union(*(set(s.index) for s in parts.values())))
+    months = set().union(*(set(s.index) for s in parts.values()))
+    if span is not None:
+        months |= set(span_months(span))
+    months = sorted(months)
     table = pd.DataFrame({"month": months})
     for col, s in parts.items():
         table[col] = [int(s.get(m, 0)) for m in months]
@@ -460,12 +500,25 @@ def table7_memory_network_monthly(df: pd.DataFrame, cuts: pd.DataFrame | None = 
     table["total"] = table[cols].sum(axis=1).astype(int) if months else pd.Series(dtype=int)
     total = {"month": "Total", **{c: int(table[c].sum()) for c in TABLE7_COLUMNS[1:]}}
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
-    return table[list(TABLE7_COLUMNS)].astype({c: int for c in TABLE7_COLUMNS[1:]})
+    table = table[list(TABLE7_COLUMNS)].astype({c: int for c in TABLE7_COLUMNS[1:]})
+    if span is not None:
+        table["partial"] = [partial_month(m, span) for m in table["month"]]
+    return table
+
+
+def partial_month(month: str, span: Span) -> str:
+    """``"12 of 30 days"`` for a month (``YYYY-MM``) ``span`` covers only in part; ``""`` for a
+    whole month and anything else (the Total row)."""
+    if len(month) != 7 or month[4] != "-":
+        return ""
+    covered, days = month_coverage(month, span)
+    return f"{covered} of {days} days" if covered < days else ""
 
 
 def table8_ib_flash_cuts_daily(cuts: pd.DataFrame) -> pd.DataFrame:
     """Table VIII: IB flash cuts per day (``date`` ``YYYY-MM-DD`` UTC, ``failure_count``), only
-    days with cuts, in date order. Takes the frame of :func:`flash_cuts`."""
+    days with cuts (as the paper prints it: a day not listed had none), in date order. Takes
+    the frame of :func:`flash_cuts`."""
     ct = cuts[cuts["time"].notna()]
     s = ct.groupby(ct["time"].dt.strftime("%Y-%m-%d")).size()
     return pd.DataFrame({"date": list(s.index), "failure_count": [int(v) for v in s.values]},
@@ -837,3 +890,85 @@ def compare_with_paper(table: pd.DataFrame, name: str, paper_dir: str | Path | N
             if a != b:
                 diffs.append({"key": k, "column": c, "ours": a, "paper": b})
     return pd.DataFrame(diffs, columns=["key", "column", "ours", "paper"])
+
+
+# The fleet and period the paper's tables count (SOURCE.md beside them; fleet_default.toml's
+# [fleet]): 1,250 nodes (about 10,000 A100 GPUs) from Table VIII's first day to its last.
+PAPER_NODES = 1250
+PAPER_SPAN: Span = (dt.date(2023, 4, 19), dt.date(2024, 3, 31))
+
+
+def _span_days(span: Span) -> int:
+    return (span[1] - span[0]).days + 1
+
+
+def cell_days(name: str, key: str, span: Span | None, period: tuple[str, str] | None = None) -> int:
+    """Days of ``span`` (first, last day, inclusive; None: none) a cell of the paper's table
+    ``name`` counts over: a Table VI count the whole span; a Table VII month its days in the
+    span; a Table VIII date 1 or 0; the ``Total`` of Tables VII and VIII the days of the span in
+    ``period`` (the paper's first and last month or date, over which :func:`compare_with_paper`
+    recomputes our total)."""
+    if span is None:
+        return 0
+    if name == "table6":
+        return _span_days(span)
+    if name == "table7":
+        if key != "Total":
+            return month_coverage(key, span)[0]
+        if period is None:
+            return _span_days(span)
+        months = pd.period_range(period[0], period[1], freq="M").astype(str)
+        return sum(month_coverage(m, span)[0] for m in months)
+    if key != "Total":
+        return int(span[0] <= dt.date.fromisoformat(key) <= span[1])
+    if period is None:
+        return _span_days(span)
+    lo, hi = max(span[0], dt.date.fromisoformat(period[0])), min(span[1], dt.date.fromisoformat(period[1]))
+    return max(0, (hi - lo).days + 1)
+
+
+def paper_period(name: str, paper_dir: str | Path | None = None) -> tuple[str, str] | None:
+    """The first and last key (month, date) of the paper's Table VII or VIII; None for Table VI
+    or when the reference is absent."""
+    ref = read_paper_table(name, paper_dir) if name in ("table7", "table8") else None
+    if ref is None:
+        return None
+    keys = sorted(k for k in ref[PAPER_FILES[name][1]].astype(str) if k and k != "Total")
+    return (keys[0], keys[-1]) if keys else None
+
+
+def paper_scale_differs(nodes: int, span: Span | None) -> bool:
+    """Whether a fleet of ``nodes`` observed over ``span`` differs from the paper's
+    (:data:`PAPER_NODES` over :data:`PAPER_SPAN`): its counts then differ by size alone."""
+    return nodes != PAPER_NODES or span != PAPER_SPAN
+
+
+def with_rates(diff: pd.DataFrame, name: str, nodes: int, span: Span | None,
+               period: tuple[str, str] | None = None) -> pd.DataFrame:
+    """``diff`` (:func:`compare_with_paper`) with ``ours_per_node_day`` (our count / (``nodes`` x
+    the days of ``span`` the cell covers, :func:`cell_days`)) and ``paper_per_node_day`` (the
+    paper's count / (:data:`PAPER_NODES` x the days of :data:`PAPER_SPAN` it covers)); NaN where
+    no day is covered."""
+    out = diff.copy()
+
+    def rate(counts, n: int, s: Span | None) -> list[float]:
+        days = [cell_days(name, str(k), s, period) for k in out["key"]]
+        return [c / (n * d) if n and d else float("nan") for c, d in zip(counts, days)]
+
+    out["ours_per_node_day"] = rate(out["ours"], nodes, span)
+    out["paper_per_node_day"] = rate(out["paper"], PAPER_NODES, PAPER_SPAN)
+    return out
+
+
+def paper_scale_note(nodes: int, span: Span | None) -> str:
+    """One sentence naming the paper's fleet and this one (the note of the paper diffs)."""
+    def fleet(n: int, s: Span | None) -> str:
+        when = f"{s[0]} .. {s[1]} ({_span_days(s)} days)" if s is not None else "no timed event"
+        return f"{n:,} nodes over {when}"
+    return f"Compared with the paper's fleet, {fleet(PAPER_NODES, PAPER_SPAN)}; this one: {fleet(nodes, span)}."
+
+
+# The paper diffs' note on their rate columns (:func:`with_rates`), when the fleets differ.
+RATES_NOTE = ("Counts scale with nodes x days: ours_per_node_day and paper_per_node_day give each count per "
+              "node-day of the days the cell covers (Table VI: the whole window, Table VII: the month's days "
+              "observed, Table VIII: the day).")

@@ -94,8 +94,9 @@ def read_parallel(f: LogFile, size: int, workers: int, tz: str | dt.tzinfo | Non
         stop = size if k == ranges - 1 else min(size, end + LOOKAHEAD)
         jobs.append((str(f.path), f.host, source, tz, boot_time, warm, start, end, stop, k == ranges - 1))
     parser = KernelLogParser(host=f.host, source=source, origin=printable(str(f.path)))
-    from nodewarden.workers import ignore_sigint, stop, wait
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=ignore_sigint)
+    from nodewarden.workers import init_worker, stop, wait
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork"), initializer=init_worker,
+                               initargs=(os.getpid(),))
     try:
         futures = [pool.submit(_parse_range, *job) for job in jobs]
         for fut in futures:

@@ -35,6 +35,18 @@ AGENT_STATE_MARKERS = frozenset({"state.json", "agent.lock", "schedule.json"})
 AGENT_STATE_FILES = AGENT_STATE_MARKERS | {"validate.json", "validate.log", "healthcheck.json"}
 _AGENT_TEMP = re.compile(r"\.(?:tmp(?:-[^/]*)?|corrupt)$")  # state.json.tmp-k3j_2x, state.json.corrupt
 
+# nodewarden's own outputs, which are no logs: the ground truth `nodewarden simulate` writes beside
+# the nodes' directories (recognised by its header, the columns of
+# nodewarden.analysis.simulate.TRUTH_FIELDS, optionally followed by EXTRA_TRUTH_FIELDS), and a
+# report directory `nodewarden analyze --out` wrote (recognised by its report.md's first line):
+# its tables (.csv, .md), figures (.png) and report.html. Repeated here for the same reason as
+# the agent's names; a test holds them to the writers.
+GROUND_TRUTH_HEADER = ("time,host,kind,xid,device,port,down_time,up_time,fault_id,table_source,line_format,"
+                       "after_fault_id")
+GROUND_TRUTH_EXTRA = "code,severity,category,switch,action,first_error,errors,affected_devices"
+REPORT_MARKER = ("report.md", "# Failure statistics")
+REPORT_SUFFIXES = (".csv", ".md", ".png", ".html")
+
 
 class InputError(Exception):
     """An input could not be read (message names it); other inputs go on.
@@ -71,6 +83,33 @@ def is_agent_state_file(name: str) -> bool:
     (``state.json``, ``schedule.json``, ``validate.json``, ``agent.lock``, ``*.tmp-*`` ...),
     not its event journal nor a log."""
     return name in AGENT_STATE_FILES or _AGENT_TEMP.search(name) is not None
+
+
+def _first_line(path: str, limit: int = 4096) -> str:
+    """The first line of a file (up to ``limit`` bytes, without its line end); "" when it cannot
+    be read (the read reports that)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(limit)
+    except OSError:
+        return ""
+    return head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
+
+
+def is_ground_truth(path: str) -> bool:
+    """Whether ``path`` is a ``ground_truth.csv`` that ``nodewarden simulate`` wrote, under any
+    name ending ``.csv``: its first line is exactly the simulator's header
+    (:data:`GROUND_TRUTH_HEADER`, optionally with :data:`GROUND_TRUTH_EXTRA`)."""
+    if not path.endswith(".csv"):
+        return False
+    return _first_line(path) in (GROUND_TRUTH_HEADER, f"{GROUND_TRUTH_HEADER},{GROUND_TRUTH_EXTRA}")
+
+
+def is_report_dir(names: Iterable[str], directory: str) -> bool:
+    """Whether ``directory`` (holding the files ``names``) is a report ``nodewarden analyze --out``
+    wrote: its ``report.md`` begins with the report's title (:data:`REPORT_MARKER`)."""
+    name, title = REPORT_MARKER
+    return name in names and _first_line(os.path.join(directory, name)) == title
 
 
 def _host_from_name(name: str) -> str | None:
@@ -127,7 +166,8 @@ def _walk(top: str, errors: list[InputError], skip: frozenset[str] = frozenset()
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]],
-                 exclude: Iterable[str | os.PathLike[str]] = ()) -> tuple[list[LogFile], list[InputError]]:
+                 exclude: Iterable[str | os.PathLike[str]] = (),
+                 left_out: list[str] | None = None) -> tuple[list[LogFile], list[InputError]]:
     """Files to read, in order, with their host hints; plus the inputs that cannot be read.
 
     A directory is walked recursively; a file directly under a given directory is named after
@@ -142,6 +182,10 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
     directory (one holding ``state.json``, ``agent.lock`` or ``schedule.json``) the agent's own
     files (:func:`is_agent_state_file`) are skipped, with an info log record, and are neither
     errors nor unparsed lines; its event journal, and any other file, is taken as usual.
+    nodewarden's own outputs found in a directory are no logs and are skipped too: a simulated
+    fleet's ground truth (:func:`is_ground_truth`) and the tables, figures and pages of a report
+    directory (:func:`is_report_dir`). ``left_out``, when given, gets one line per thing skipped
+    so (an excluded directory, a ground truth, a report directory), saying why.
     """
     files: list[LogFile] = []
     errors: list[InputError] = []
@@ -159,11 +203,19 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
         seen[ident] = len(files)
         return True
 
+    def skipped(what: str) -> None:
+        if left_out is not None:
+            left_out.append(what)
+
+    excluded = frozenset(os.path.realpath(x) for x in exclude)
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             top = os.fspath(p)
-            for dirpath, entries in _walk(top, errors, frozenset(os.path.realpath(x) for x in exclude)):
+            for x in sorted(excluded):
+                if os.path.isdir(x) and x.startswith(os.path.realpath(top).rstrip(os.sep) + os.sep):
+                    skipped(f"{printable(x)}: the report's output directory (--out), not read")
+            for dirpath, entries in _walk(top, errors, excluded):
                 rel = os.path.relpath(dirpath, top)
                 sub = None if rel == os.curdir else rel.split(os.sep, 1)[0]
                 entries.sort(key=lambda e: _rotation_key(e.name))
@@ -172,6 +224,11 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
                     entries = [e for e in entries if not is_agent_state_file(e.name)]
                     log.info("%s: an agent state directory: its event journal is read, not the agent's "
                              "own files (%s)", printable(dirpath), ", ".join(printable(n) for n in own))
+                if is_report_dir([e.name for e in entries], dirpath):
+                    own = [e for e in entries if e.name.endswith(REPORT_SUFFIXES)]
+                    if own:
+                        entries = [e for e in entries if not e.name.endswith(REPORT_SUFFIXES)]
+                        skipped(f"{printable(dirpath)}: a report of nodewarden analyze ({len(own)} files), not read")
                 for e in entries:
                     name = e.name
                     if name.endswith((".parquet", ".json.tmp")):
@@ -183,6 +240,9 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]],
                     if st is not None and not stat.S_ISREG(st.st_mode):
                         # A FIFO would block the read for ever; a device or socket is no log file.
                         errors.append(InputError(f"{e.path}: not a regular file (FIFO, socket or device), skipped"))
+                        continue
+                    if st is not None and is_ground_truth(e.path):
+                        skipped(f"{printable(e.path)}: the ground truth of nodewarden simulate, not read")
                         continue
                     host = sub if sub is not None else _host_from_name(name)
                     host = printable(host) if host is not None else None

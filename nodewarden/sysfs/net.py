@@ -21,6 +21,8 @@ from nodewarden.sysfs.attrs import AttrReader, StaticAttrs, listdir, printable, 
 
 # include/uapi/linux/if_arp.h
 ARPHRD_ETHER, ARPHRD_INFINIBAND, ARPHRD_LOOPBACK = 1, 32, 772
+# drivers/net/bonding/bond_sysfs.c: a class attribute, a regular file in class/net once bonding is loaded
+BONDING_MASTERS = "bonding_masters"
 
 
 def parse_speed(text: str | None) -> int | None:
@@ -130,14 +132,18 @@ def _read_netdev(d: Path, reader: AttrReader, kept: dict[str, Any] | None) -> Ne
 def read_netdevs(sysfs: Path, reader: AttrReader | None = None, static: StaticAttrs | None = None) -> list[Netdev]:
     """Every interface under ``<sysfs>/class/net`` (``eth2`` before ``eth10``); ``[]`` when the
     directory is absent. Never raises: an interface that is no directory (removed while read, a
-    dangling link) is left out and counted. ``static``: see :func:`read_netdev`; the records are
-    the same as without it."""
+    dangling link) is left out and counted. ``bonding_masters``, the bonding driver's control
+    file beside the interfaces (Documentation/networking/bonding.rst), is no interface and no
+    unreadable file: skipped. ``static``: see :func:`read_netdev`; the records are the same as
+    without it."""
     reader = reader if reader is not None else AttrReader()
     root = Path(sysfs) / "class" / "net"
     out = []
     listed = set()
     for name in listdir(root):
         d = root / name
+        if name == BONDING_MASTERS and not os.path.isdir(d):
+            continue
         present, kept = visit(d, reader, static, listed)
         if present:
             out.append(_read_netdev(d, reader, kept))

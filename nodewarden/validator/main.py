@@ -158,7 +158,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=_tolerance_arg, metavar="FRACTION",
                    help="allowed drop below the baseline, 0 to below 1 (default 0.10)")
     p.add_argument("--sysfs", default="/sys", metavar="DIR",
-                   help="read the machine's /sys from DIR (a captured tree, e.g. tests/fixtures/sysfs/*); NVML is "
+                   help="read the machine's /sys from DIR (a copy of a /sys tree, e.g. the test trees tests/fixtures/sysfs/*); NVML is "
                         "then not queried unless a check's nvml=true")
     p.add_argument("--procfs", default="/proc", metavar="DIR", help="read /proc (cpuinfo, meminfo) from DIR")
     p.add_argument("--quiet", "--no-progress", dest="no_progress", action="store_true",

@@ -28,8 +28,18 @@ import pytest
 from kmsgtools import free_port, kmsg_refusal, write_kmsg
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import envneeds
+
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 10.0
+# Starting the agent (an interpreter, imports, the whole ring buffer read) is the slowest step on a
+# loaded machine: a generous wall bound, while the condition waited for is the work (caught up)
+# and an agent that exits fails the wait at once.
+START_DEADLINE_S = 60.0
+# The timing choices (where a SIGKILL falls) come from this seed, printed by every test, so that a
+# failure can be replayed with NODEWARDEN_TEST_SEED=<seed>. The lines' labels do not: they must
+# differ from every earlier run's lines still in the ring buffer.
+SEED = int(os.environ.get("NODEWARDEN_TEST_SEED") or random.SystemRandom().randrange(1 << 32))
 
 XID = "nodewarden_gpu_xid_errors_total"
 EDAC = "nodewarden_edac_logged_errors_total"  # the kernel log's EDAC lines (type label)
@@ -37,11 +47,18 @@ MCE = "nodewarden_mce_events_total"
 IB = "nodewarden_ib_link_events_total"
 
 
-needs_kmsg = pytest.mark.skipif(kmsg_refusal() is not None, reason=kmsg_refusal() or "")
+needs_kmsg = envneeds.needs_kmsg_write(kmsg_refusal())
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+@pytest.fixture(autouse=True)
+def timing(request: pytest.FixtureRequest) -> random.Random:
+    """This test's source of timing choices, seeded from :data:`SEED` and the test's name."""
+    print(f"NODEWARDEN_TEST_SEED={SEED}")
+    return random.Random(f"{SEED}:{request.node.name}")
+
 
 def wait_for(what: str, check: Callable[[], object], deadline_s: float = DEADLINE_S) -> object:
     """Poll ``check`` until it returns a truthy value; fail naming ``what`` after the deadline."""
@@ -90,8 +107,15 @@ class Agent:
                 out[(s.name, frozenset(s.labels.items()))] = s.value
         return out
 
-    def value(self, name: str, **labels: str) -> float:
-        return self.samples().get((name, frozenset(labels.items())), 0.0)
+    def value(self, name: str, **labels: str) -> float | None:
+        """The sample's value in one scrape; None when the scrape has no such series."""
+        return self.samples().get((name, frozenset(labels.items())))
+
+    def baseline(self, name: str, **labels: str) -> float:
+        """A counter's value before a test's lines, 0 while the series is absent (nothing counted
+        under those labels yet): only for deltas, never for what a test asserts is there."""
+        v = self.value(name, **labels)
+        return 0.0 if v is None else v
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
@@ -134,7 +158,7 @@ def start_agent(state_dir: Path, log: Path, *extra: str, ready: bool = True, acc
         h = a.health()
         return bool(h["kmsg_readable"]) if ready else True
 
-    wait_for("the agent's /healthz", up)
+    wait_for("the agent's /healthz", up, START_DEADLINE_S)
     return a
 
 
@@ -232,7 +256,7 @@ def test_lines_user_space_writes_into_kmsg_are_never_faults(tmp_path: Path, agen
     a = start_agent(state, tmp_path / "agent.log", accept_injected=False)
     agents.append(a)
     injected = "nodewarden_collector_kmsg_injected_records_total"
-    x0, e0, i0 = a.value(injected, kind="xid"), a.value(injected, kind="cpu_ecc"), a.value(injected, kind="ib_link_down")
+    x0, e0, i0 = (a.baseline(injected, kind=k) for k in ("xid", "cpu_ecc", "ib_link_down"))
     write_kmsg(L.xid48(0x07), L.xid79_text(0x08), L.edac(3, "UE"), L.ib("DOWN"))
     wait_for("the injected IB line counted apart", lambda: a.value(injected, kind="ib_link_down") == i0 + 1)
     s = a.samples()
@@ -255,24 +279,24 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
     state = tmp_path / "state"
     a = start_agent(state, tmp_path / "agent.log")
     agents.append(a)
-    mce0 = a.value(MCE, type="corrected")
+    mce0 = a.baseline(MCE, type="corrected")
     # The MCE series has no label of this run: a record an earlier test left cut in the ring
     # buffer may complete now too. Its count is checked against the journal's MCE events.
     jmce0 = sum(1 for e in journal_events(state) if e["kind"] == "mce")
-    assert a.value(XID, **L.xid_labels(0x07, 48)) == 0
+    assert a.value(XID, **L.xid_labels(0x07, 48)) is None  # no series with this run's labels yet
 
     write_kmsg(L.xid48(0x07), L.xid79_text(0x08), L.edac(3), *L.mce(), L.ib("DOWN"), L.ib("ACTIVE"))
     wait_for("the IB ACTIVE line on /metrics", lambda: a.value(IB, **L.ib_labels("ACTIVE")) == 1)
-    wait_for("the MCE record on /metrics", lambda: a.value(MCE, type="corrected") >= mce0 + 1)
+    wait_for("the MCE record on /metrics", lambda: (a.value(MCE, type="corrected") or 0.0) >= mce0 + 1)
     s = a.samples()
 
-    def v(name: str, labels: dict[str, str]) -> float:
-        return s.get((name, frozenset(labels.items())), 0.0)
+    def v(name: str, labels: dict[str, str]) -> float | None:
+        return s.get((name, frozenset(labels.items())))  # None: no such series
 
     assert v(XID, L.xid_labels(0x07, 48)) == 1
     assert v(XID, L.xid_labels(0x08, 79)) == 1
     assert v(EDAC, L.edac_labels()) == 3
-    assert v(EDAC, L.edac_labels("uncorrected")) == 0
+    assert v(EDAC, L.edac_labels("uncorrected")) is None  # no UE line written yet: no series
     jmce = [e for e in journal_events(state) if e["kind"] == "mce"]
     assert v(MCE, {"type": "corrected"}) - mce0 == len(jmce) - jmce0 >= 1
     assert [e["attrs"]["tsc"] for e in jmce].count(L.tag) == 1
@@ -314,7 +338,8 @@ def test_lines_written_to_kmsg_are_counted_exactly_and_survive_a_restart(tmp_pat
 
 
 @needs_kmsg
-def test_sigkill_right_after_writing_neither_loses_nor_double_counts(tmp_path: Path, agents: list[Agent]) -> None:
+def test_sigkill_right_after_writing_neither_loses_nor_double_counts(tmp_path: Path, agents: list[Agent],
+                                                                   timing: random.Random) -> None:
     L = Lines.make()
     state = tmp_path / "state"
     log = tmp_path / "agent.log"
@@ -325,7 +350,7 @@ def test_sigkill_right_after_writing_neither_loses_nor_double_counts(tmp_path: P
     for i in range(rounds):
         write_kmsg(L.xid48(0x10 + i), L.edac(i + 1), *L.mce()[:1 + i % 3])  # MCE records cut at every line
         expected_ce += i + 1
-        time.sleep(random.choice((0.0, 0.0005, 0.002, 0.01, 0.05)))
+        time.sleep(timing.choice((0.0, 0.0005, 0.002, 0.01, 0.05)))
         a.proc.kill()  # SIGKILL: no chance to persist
         a.proc.wait(timeout=DEADLINE_S)
         a = start_agent(state, log)
@@ -341,9 +366,7 @@ def test_sigkill_right_after_writing_neither_loses_nor_double_counts(tmp_path: P
 
 @needs_kmsg
 def test_metrics_pass_promtool_check(tmp_path: Path, agents: list[Agent]) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not on PATH (Debian: apt-get install prometheus)")
+    promtool = envneeds.command("promtool", "lints the agent's /metrics (Debian: apt-get install prometheus)")
     L = Lines.make()
     a = start_agent(tmp_path / "state", tmp_path / "agent.log")
     agents.append(a)
@@ -360,7 +383,7 @@ def tmpfs(path: Path, size: str = "1m") -> Iterator[Path]:
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
                        capture_output=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+        envneeds.need("mount", f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
     try:
         yield path
     finally:
@@ -376,13 +399,13 @@ def test_read_only_state_dir_keeps_counting_and_reports_write_errors(tmp_path: P
         assert a.stop() == 0
         r = subprocess.run(["mount", "-o", "remount,ro", str(state)], capture_output=True)
         if r.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {r.stderr.decode().strip()}")
+            envneeds.need("mount", f"cannot remount read-only: {r.stderr.decode().strip()}")
         b = start_agent(state, tmp_path / "agent.log")  # starts: a read-only state dir is no usage error
         agents.append(b)
         write_kmsg(L.xid48(0x07), L.edac(3))
         wait_for("the EDAC line", lambda: b.value(EDAC, **L.edac_labels()) == 3)
         assert b.value(XID, **L.xid_labels(0x07, 48)) == 1
-        wait_for("a state write error", lambda: b.value("nodewarden_collector_state_write_errors_total") >= 1)
+        wait_for("a state write error", lambda: (b.value("nodewarden_collector_state_write_errors_total") or 0.0) >= 1)
         code, body = b.get("/healthz")
         h = json.loads(body)
         assert code == 503 and h["state_dir_writable"] is False and h["kmsg_readable"] is True
@@ -419,13 +442,9 @@ def test_state_dir_that_is_a_file_is_a_usage_error(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# polled collectors: a sysfs tree captured from a real machine, its IB port made to flap
+# polled collectors: a generated sysfs fixture tree (tests/fixtures/sysfs), its IB port made to flap
 
 def test_a_port_flapping_in_sysfs_is_a_flash_cut_on_metrics(tmp_path: Path, agents: list[Agent]) -> None:
-    import importlib.util
-    for mod in ("nodewarden.collectors.infiniband", "nodewarden.parsing.flashcut"):
-        if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"{mod} not there yet")
     sysfs = tmp_path / "sys"
     shutil.copytree(REPO / "tests" / "fixtures" / "sysfs" / "h100-hgx-ndr", sysfs, symlinks=True)
     port = sysfs / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
@@ -497,6 +516,7 @@ def test_sigkill_under_a_storm_leaves_journal_and_counter_equal(tmp_path: Path, 
         return sum(s.get((XID, frozenset(L.xid_labels(0x20 + j, 48).items())), 0.0) for j in range(4))
 
     lost = b.value("nodewarden_collector_kmsg_lost_records_total")
+    assert lost is not None  # exported from the start, 0 until a record is lost
     if lost == 0:
         wait_for("every storm record counted", lambda: counted() == n)
     total = counted()

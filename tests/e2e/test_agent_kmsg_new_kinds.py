@@ -9,7 +9,7 @@ the kernel log's records: one error, one event (kmsg first, sysfs only).
 As in test_agent_kmsg.py: root only, on request (NODEWARDEN_WRITE_KMSG=1); each run makes its
 lines unique (random PCI domain, switch number, memory controller, CPU) and asserts on its own
 series, or on deltas from a baseline taken once the agent has caught up (the reset-required
-line names no GPU, and the captured sysfs tree's GPU is the same in every run).
+line names no GPU, and the sysfs fixture tree's GPU is the same in every run).
 """
 
 from __future__ import annotations
@@ -26,8 +26,10 @@ import pytest
 from kmsgtools import kmsg_refusal, write_kmsg
 from test_agent_kmsg import REPO, agents, journal_events, start_agent, wait_for  # noqa: F401 (agents: a fixture)
 
+from tests import envneeds
+
 pytestmark = pytest.mark.kmsg
-needs_kmsg = pytest.mark.skipif(kmsg_refusal() is not None, reason=kmsg_refusal() or "")
+needs_kmsg = envneeds.needs_kmsg_write(kmsg_refusal())
 
 SXID = "nodewarden_nvswitch_sxid_errors_total"
 AER = "nodewarden_pcie_aer_logged_errors_total"
@@ -47,7 +49,7 @@ def _xid154_category() -> str:
 
 @dataclass
 class Lines:
-    """Unique fault lines of one run (formats: ../shared/reference/real_log_cases.md)."""
+    """Unique fault lines of one run (formats: tests/fixtures/reference/real_log_cases.md)."""
 
     dom: str  # PCI domain of this run's switch, root port and GPUs
     switch: int
@@ -242,7 +244,7 @@ def test_new_kinds_counted_with_their_labels_and_kept_across_restarts(tmp_path: 
 
 @needs_kmsg
 def test_one_aer_error_seen_in_sysfs_and_in_the_log_is_one_event(tmp_path: Path, agents) -> None:  # noqa: F811
-    """The pcie collector polls a copy of the captured H100 tree every 0.2 s; its GPU 0000:9b:00.0
+    """The pcie collector polls a copy of the generated H100 fixture tree every 0.2 s; its GPU 0000:9b:00.0
     gets a fatal AER record: printed in the log and counted in sysfs (one event, the log's), then
     counted in sysfs only (one event, the collector's, after its wait for a log record)."""
     sysfs = tmp_path / "sys"

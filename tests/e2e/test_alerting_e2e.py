@@ -54,6 +54,8 @@ from kmsgtools import free_port, kmsg_refusal, write_kmsg
 from prometheus_client.parser import text_string_to_metric_families
 from test_prometheus_e2e import PROMETHEUS, Prom, http_get, start_prometheus, stop, wait_for
 
+from tests import envneeds
+
 from dashboards.mixin import build, config, promql
 
 pytestmark = pytest.mark.kmsg
@@ -86,30 +88,15 @@ SCRAPE_S = 1  # scrape and evaluation interval; the range queries' step
 RATE_INTERVAL_S = max(STEP_S + SCRAPE_S, 4 * SCRAPE_S)
 
 
-def _missing() -> str | None:
-    """What this machine lacks for the test (a skip reason), or None."""
-    refusal = kmsg_refusal()
-    if refusal is not None:
-        return refusal
-    if PROMETHEUS is None:
-        return "prometheus not on PATH (Debian: apt-get install prometheus)"
-    if ALERTMANAGER is None:
-        return "prometheus-alertmanager not on PATH (Debian: apt-get install prometheus-alertmanager)"
-    if shutil.which("gcc") is None and shutil.which("cc") is None:
-        return "no C compiler (gcc) to build the NVML simulator"
-    return None
-
-
 @pytest.fixture
 def requirements() -> None:
-    why = _missing()
-    if why is None:
-        return
-    if os.environ.get("NODEWARDEN_WRITE_KMSG") != "1":
-        pytest.skip(why)  # an explicit choice, also in CI: this machine's kernel log is not ours
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and the alerting end-to-end test cannot run: {why}")
-    pytest.skip(why)
+    """What this machine must have for the test (tests/envneeds.py: a skip, a failure under CI=true)."""
+    envneeds.kmsg_write(kmsg_refusal())
+    if PROMETHEUS is None:
+        envneeds.need("prometheus", "evaluates the rules (Debian: apt-get install prometheus)")
+    if ALERTMANAGER is None:
+        envneeds.need("prometheus-alertmanager", "receives the alerts (Debian: apt-get install prometheus-alertmanager)")
+    envneeds.command("gcc", "the C compiler that builds the NVML simulator", "cc")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from typing import Iterator
 import pytest
 from kmsgtools import free_port, kmsg_refusal, write_kmsg
 
+from tests import envneeds
+
 from nodewarden.agent.server import FD_RESERVE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +94,7 @@ def idle_sockets() -> Iterator[list[socket.socket]]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < IDLE + 200:
         if hard != resource.RLIM_INFINITY and hard < IDLE + 200:
-            pytest.skip(f"this test process may open only {hard} files")
+            envneeds.need("open files", f"RLIMIT_NOFILE: this test process may open only {hard} files, it needs {IDLE + 200}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (IDLE + 200, hard))
     socks: list[socket.socket] = []
     yield socks
@@ -178,7 +180,7 @@ def test_idle_connections_parallel_scrapers_and_hang_ups(tmp_path: Path, idle_so
     assert sum("http:" in ln for ln in text.splitlines()) <= 30 + 5, text[-3000:]
 
 
-@pytest.mark.skipif(kmsg_refusal() is not None, reason=kmsg_refusal() or "")
+@envneeds.needs_kmsg_write(kmsg_refusal())
 def test_the_journal_keeps_writing_under_an_idle_flood(tmp_path: Path, idle_sockets: list[socket.socket]) -> None:
     agent = Agent(tmp_path, kernel_log=True)
     try:

@@ -1,4 +1,4 @@
-"""End to end through a real Prometheus: the agent (kernel log on, a sysfs tree captured from an
+"""End to end through a real Prometheus: the agent (kernel log on, the generated sysfs fixture tree of an
 HGX H100 NDR node with a Sandy Bridge EDAC tree merged in, the NVML simulator with 8 GPUs,
 polling every second) scraped every second by Debian's ``prometheus``; faults are injected at
 the lowest boundary (a line into the real ``/dev/kmsg``, the simulator's state file, sysfs
@@ -29,22 +29,16 @@ from typing import Callable
 import pytest
 from kmsgtools import free_port, kmsg_refusal, write_kmsg
 
+from tests import envneeds
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "sysfs"
 DEADLINE_S = 20.0  # each wait
 PROMETHEUS = shutil.which("prometheus")
 
 
-def _why_skip() -> str | None:
-    refusal = kmsg_refusal()
-    if refusal is not None:
-        return refusal
-    if PROMETHEUS is None:
-        return "prometheus not on PATH (Debian: apt-get install prometheus)"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_why_skip() is not None, reason=_why_skip() or "")
+pytestmark = [envneeds.needs_kmsg_write(kmsg_refusal()),
+              envneeds.needs(PROMETHEUS is None, "prometheus", "scrapes the agent (Debian: apt-get install prometheus)")]
 
 
 def http_get(url: str, timeout: float = 2.0) -> bytes:
@@ -225,7 +219,13 @@ def test_faults_reach_prometheus(tmp_path: Path) -> None:
         nvmlsim.write_state(nvml_state, state["gpus"], **{**{k: v for k, v in state.items() if k != "gpus"},
                                                           "hang_seconds": 4})
         w("nvml failing while hung", lambda: prom.value('nodewarden_collector_success{collector="nvml"}') == 0)
-        time.sleep(1.5)  # a few more scrapes while hung
+        # a few more scrapes while hung: counted in Prometheus (every scrape of the run is in the
+        # hour's window), not guessed from seconds slept
+        scrapes = 'count_over_time(up{job="nodewarden"}[1h])'
+        hung_at = prom.value(scrapes)
+        assert hung_at is not None and hung_at >= 1
+        w("three more scrapes while nvml hangs", lambda: (prom.value(scrapes) or 0) >= hung_at + 3)
+        assert prom.value('nodewarden_collector_success{collector="nvml"}') == 0  # still hung for them
         assert prom.value('up{job="nodewarden"}') == 1
         assert prom.value('min_over_time(up{job="nodewarden"}[10s])') == 1
         for c in others:

@@ -13,28 +13,22 @@ Needs ``prometheus``/``promtool`` (Debian: ``apt-get install prometheus``) and, 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 from kmsgtools import free_port
 from test_prometheus_e2e import Prom, http_get, start_prometheus, stop, wait_for
+
+from tests import envneeds
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "prometheus"
 
 
 def _need(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        why = f"{tool} not on PATH (Debian: apt-get install prometheus prometheus-alertmanager)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(why)
-        pytest.skip(why)
-    return path
+    return envneeds.command(tool, "checks the example config (Debian: apt-get install prometheus prometheus-alertmanager)")
 
 
 def _example(tmp_path: Path) -> dict:

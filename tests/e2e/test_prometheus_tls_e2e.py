@@ -17,16 +17,15 @@ import sys
 from pathlib import Path
 
 import bcrypt
-import pytest
 from kmsgtools import free_port
 from test_prometheus_e2e import PROMETHEUS, Prom, http_get, start_prometheus, stop, wait_for
 
-from tests import tlscerts
+from tests import envneeds, tlscerts
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(PROMETHEUS is None or tlscerts.OPENSSL is None,
-                                reason="needs prometheus (Debian: apt-get install prometheus) and openssl")
+pytestmark = [envneeds.needs(PROMETHEUS is None, "prometheus", "scrapes over TLS (Debian: apt-get install prometheus)"),
+              envneeds.needs(tlscerts.OPENSSL is None, "openssl", "makes the TLS certificates")]
 
 
 def test_prometheus_scrapes_over_tls_with_basic_auth(tmp_path: Path) -> None:

@@ -251,3 +251,25 @@ def test_the_example_lists_the_ranges_the_checks_use() -> None:
     text = EXAMPLE.read_text()
     block = "\n".join("#" + line[3:] for line in cf.ranges_doc().splitlines())
     assert block in text, "regenerate the ranges block: python3 -m nodewarden.agent.config"
+
+
+def test_the_kubernetes_table_is_checked_and_names_the_key() -> None:
+    cfg = cf.parse({"kubernetes": {"node_condition": True, "node_name": "gpu-node-001", "heartbeat_seconds": 30}},
+                   "agent.toml")
+    assert cfg.kubernetes.node_condition and cfg.kubernetes.heartbeat_seconds == 30.0
+    assert cf.node_name(cfg, {}) == "gpu-node-001"
+    for table, msg in (({"node_condition": "yes"}, "kubernetes.node_condition: expected true or false"),
+                       ({"heartbeat_seconds": 0}, "kubernetes.heartbeat_seconds: expected a number from 1"),
+                       ({"request_timeout_seconds": 301}, "kubernetes.request_timeout_seconds: expected a number"),
+                       ({"node": "x"}, "kubernetes.node: unknown key")):
+        with pytest.raises(cf.ConfigError, match=f"agent.toml: {msg}"):
+            cf.parse({"kubernetes": table}, "agent.toml")
+
+
+def test_the_node_name_defaults_to_node_name_and_must_be_a_node_name() -> None:
+    cfg = cf.parse({"kubernetes": {"node_condition": True}}, "agent.toml")
+    assert cf.node_name(cfg, {"NODE_NAME": "gpu-7.rack-2"}) == "gpu-7.rack-2"
+    with pytest.raises(cf.ConfigError, match="kubernetes.node_name: not set, and NODE_NAME is empty"):
+        cf.node_name(cfg, {})
+    with pytest.raises(cf.ConfigError, match="'GPU_7' is not a Kubernetes node name"):
+        cf.node_name(cfg, {"NODE_NAME": "GPU_7"})

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden import events as ev
 from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
 from nodewarden.parsing.stream import KernelLogParser
@@ -268,7 +270,7 @@ def test_time_context_of_a_named_zone_imports_zoneinfo_at_use(tz: str) -> None:
     import zoneinfo
 
     if tz == "Europe/Berlin" and tz not in zoneinfo.available_timezones():
-        pytest.skip("no time zone database")
+        envneeds.need("tzdata", "the IANA time zone database (Europe/Berlin)")
     ctx = TimeContext.make(tz)
     assert ctx.tz == (dt.timezone.utc if tz.upper() == "UTC" else zoneinfo.ZoneInfo(tz))
     with pytest.raises(zoneinfo.ZoneInfoNotFoundError):

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from test_agent_state import BOOT, EDAC3, MCE, NOISE, XID48, Buffer, ce, journal, mces, start, xid48
 
+from tests import envneeds
+
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
 
@@ -239,12 +241,11 @@ def test_a_read_only_state_directory_is_locked_too(tmp_path: Path) -> None:
     """No lock file can be created there: the directory itself is locked, so two agents on a
     read-only directory still exclude each other (a real read-only mount as root)."""
     from test_agent_state import _tmpfs
-    if os.geteuid() != 0:
-        pytest.skip("a read-only mount needs root")
+    envneeds.root("a read-only mount")
     with _tmpfs(tmp_path / "ro", "1m") as d:
         r = subprocess.run(["mount", "-o", "remount,ro", str(d)], capture_output=True)
         if r.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {r.stderr.decode().strip()}")
+            envneeds.need("mount", f"cannot remount read-only: {r.stderr.decode().strip()}")
         fd = st.lock_state_dir(d)
         try:
             assert not (d / st.LOCK_FILE).exists()

@@ -16,6 +16,8 @@ from typing import Iterator
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
 from nodewarden.agent.exporter import Counters
@@ -348,7 +350,7 @@ def _tmpfs(path: Path, size: str) -> Iterator[Path]:
     path.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to make a read-only/full directory: {r.stderr.decode().strip()}")
+        envneeds.need("mount", f"cannot mount a tmpfs to make a read-only/full directory: {r.stderr.decode().strip()}")
     try:
         yield path
     finally:
@@ -362,7 +364,7 @@ def unwritable_dir(tmp_path: Path, how: str) -> Iterator[Path]:
     d = tmp_path / "state"
     if os.geteuid() != 0:
         if how == "full":
-            pytest.skip("a full file system needs root (mount a small tmpfs)")
+            envneeds.root("a full file system (mount a small tmpfs)")
         d.mkdir()
         yield d
         return
@@ -381,7 +383,7 @@ def test_unwritable_state_dir_keeps_counting_and_reports_errors(tmp_path: Path, 
             if os.geteuid() == 0:
                 r = subprocess.run(["mount", "-o", "remount,ro", str(d)], capture_output=True)
                 if r.returncode != 0:
-                    pytest.skip(f"cannot remount read-only: {r.stderr.decode().strip()}")
+                    envneeds.need("mount", f"cannot remount read-only: {r.stderr.decode().strip()}")
             else:
                 d.chmod(0o555)
         else:

@@ -154,7 +154,8 @@ def test_a_report_inside_the_logs_directory_is_not_read_back(tmp_path: Path) -> 
         "2024-03-01T10:00:00+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.\n")
     for _ in range(2):
         assert main(["analyze", str(logs), "--no-cache", "--out", str(logs / "report")]) == 0
-    assert "- inputs read: 1\n" in (logs / "report" / "report.md").read_text()
+    assert (f"- inputs read: 1 (left out, nodewarden's own outputs: {logs / 'report'}: the report's output "
+            "directory (--out), not read)\n") in (logs / "report" / "report.md").read_text()
 
 
 def test_kind_ib_flash_cut_keeps_the_cuts_of_the_logs(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ MTBF and repeat-offender statistics; and the report with none of them.
 
 The events are built here in the shapes the parsers give (kind,
 device, code, category and attrs keys), modelled on the real cases of
-shared/reference/real_log_cases.md (S-001, S-101, P-101, W-101, X-040, E-004); every expected
+tests/fixtures/reference/real_log_cases.md (S-001, S-101, P-101, W-101, X-040, E-004); every expected
 count below is worked out by hand from the list of events, not taken from the tables.
 """
 

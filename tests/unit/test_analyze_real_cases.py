@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pandas")
+from tests import envneeds
+
+envneeds.module("pandas", "offline analysis, the [analysis] extra")
 
 from nodewarden.cli import main  # noqa: E402
 

@@ -8,7 +8,9 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests import envneeds
+
+torch = envneeds.module("torch", "the GEMM check (tests/run.sh installs the CPU build)")
 
 from nodewarden.validator.base import RunContext  # noqa: E402
 from nodewarden.validator.checks import gemm  # noqa: E402

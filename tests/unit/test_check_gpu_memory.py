@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests import envneeds
+
+torch = envneeds.module("torch", "the GPU memory check (tests/run.sh installs the CPU build)")
 
 from nodewarden.validator.base import RunContext  # noqa: E402
 from nodewarden.validator.checks import gpu_memory as gm  # noqa: E402

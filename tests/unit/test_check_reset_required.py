@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests import envneeds
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `pytest` run as a script does not put the checkout on sys.path
     sys.path.insert(0, str(ROOT))
@@ -69,7 +71,7 @@ def run_links(libdir: Path, st: Path, tmp_path: Path, *sets: str) -> tuple[int, 
 
 
 def run_gpu_memory(libdir: Path, st: Path, tmp_path: Path, *sets: str) -> tuple[int, dict[str, Any], str]:
-    pytest.importorskip("torch")
+    envneeds.module("torch", "the GPU memory check (tests/run.sh installs the CPU build)")
     return validate(libdir, st, tmp_path, "gpu_memory", "--device", "cpu",
                     sets=(*GM_SMALL, "gpu_memory.nvml=true", *sets))
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests import envneeds
 
 from nodewarden import exitcodes
 from nodewarden.validator import profiles, runner
@@ -199,7 +200,7 @@ def test_not_enough_space_is_an_error(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
-@pytest.mark.skipif(not os.access("/dev/shm", os.W_OK), reason="no writable /dev/shm (tmpfs)")
+@envneeds.needs(not os.access("/dev/shm", os.W_OK), "writable /dev/shm", "a tmpfs to write to")
 def test_tmpfs_falls_back_or_goes_direct_and_says_which() -> None:
     r = run_storage(Path("/dev/shm"))
     assert r.status == "pass", r.reason
@@ -243,8 +244,8 @@ def test_file_system_filled_by_someone_else_is_an_error_not_a_fault(tmp_path: Pa
     """A real ENOSPC: a tmpfs (own mount namespace, gone with the child) whose inodes others' files
     took, so the second stream file cannot be created although bytes are free. That says nothing
     about the device: error (exit 3), no DRAIN line; its files are removed."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare(1) to mount a small tmpfs")
+    envneeds.root("mounting a small tmpfs")
+    envneeds.command("unshare", "a mount namespace for the small tmpfs (util-linux)")
     mnt, report = tmp_path / "mnt", tmp_path / "report.json"
     mnt.mkdir()
     script = FILL_INODES + 'ls -A "$MNT" > "$LISTING"; exit $rc\n'
@@ -253,7 +254,7 @@ def test_file_system_filled_by_someone_else_is_an_error_not_a_fault(tmp_path: Pa
     p = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", str(mnt),
                         *_validate_storage(str(mnt))], env=env, capture_output=True, text=True, timeout=120)
     if "mount:" in p.stderr and not report.exists():
-        pytest.skip(f"cannot mount a tmpfs here: {p.stderr.strip()}")
+        envneeds.need("mount", f"cannot mount a tmpfs here: {p.stderr.strip()}")
     assert p.returncode == exitcodes.INCOMPLETE, p.stdout + p.stderr
     (check,) = json.loads(report.read_text())["checks"]
     assert (check["status"], check["details"]["errno"]) == ("error", "ENOSPC")

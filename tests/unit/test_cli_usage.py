@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden import cli, exitcodes
 
-pytest.importorskip("pandas")
+envneeds.module("pandas", "offline analysis, the [analysis] extra")
 
 LOG = "2024-03-01T10:00:00+00:00 node01 kernel: NVRM: Xid (PCI:0000:07:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
 
@@ -207,7 +209,7 @@ def test_usage_errors_of_other_commands_stay_2(tmp_path: Path, capsys: pytest.Ca
 
 def test_an_unreachable_scheduler_is_exit_2(log: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("distributed")
+    envneeds.module("distributed", "analyze --scheduler, the [dask] extra")
     import socket
 
     from nodewarden.analysis import cluster

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests import envneeds
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -117,7 +119,7 @@ def faulty_gpus() -> list[dict[str, Any]]:
 
 def test_field_ids_are_nvml_h_s() -> None:
     """The field ids nodewarden sends are nvml.h's (as nvidia-ml-py carries them)."""
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = envneeds.module("pynvml", "nvidia-ml-py, the [test] extra")
     assert nvml.ECC_FIELDS == {("corrected", "volatile"): pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL,
                                ("uncorrected", "volatile"): pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL,
                                ("corrected", "aggregate"): pynvml.NVML_FI_DEV_ECC_SBE_AGG_TOTAL,
@@ -274,7 +276,7 @@ def test_unchanged_counters_reuse_their_samples_and_sensors_are_fresh() -> None:
 def test_field_values_unpacked_at_once_are_what_pynvml_reads(value_type, member, value) -> None:
     """The structs of one nvmlDeviceGetFieldValues answer are unpacked in one go (nvml.h's
     40-byte nvmlFieldValue_t); the values are those pynvml's attribute access gives."""
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = envneeds.module("pynvml", "nvidia-ml-py, the [test] extra")
     arr = (pynvml.c_nvmlFieldValue_t * 3)()
     for i, v in enumerate(arr):
         v.fieldId, v.scopeId, v.valueType, v.nvmlReturn = 3 + i, i, value_type, (0, 3, 0)[i]

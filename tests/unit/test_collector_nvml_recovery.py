@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests import envneeds
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `pytest` run as a script does not put the checkout on sys.path
     sys.path.insert(0, str(ROOT))
@@ -144,9 +146,9 @@ def test_field_id_and_actions_are_nvml_h_s() -> None:
         0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
         5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot", 8: "unknown"}
     assert fields.RECOVERY_ACTION_LABELS == LABELS
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = envneeds.module("pynvml", "nvidia-ml-py, the [test] extra")
     if not hasattr(pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"):
-        pytest.skip("this nvidia-ml-py predates the recovery-action field")
+        envneeds.need("nvidia-ml-py with NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", "this one predates the field")
     # NVIDIA's own binding agrees (its constants mirror nvml.h).
     assert pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION == 230
     for code, name in fields.RECOVERY_ACTIONS.items():

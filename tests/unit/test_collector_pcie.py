@@ -1,5 +1,5 @@
 """The pcie collector on the H100 tree with AER statistics (tests/fixtures/sysfs/h100-hgx-ndr-aer,
-see PROVENANCE.md), on the other captured trees, on copies whose links downtrain, whose AER
+see PROVENANCE.md), on the other generated fixture trees, on copies whose links downtrain, whose AER
 counters rise, drop to 0 or break and whose functions go and come back, and on this machine's
 own /sys (virtio only: an empty snapshot). The AER series: one total per function and severity
 from the first poll, and one series per error bit only once that bit has counted. The

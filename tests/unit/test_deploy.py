@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "deploy" / "systemd"
 HEALTHCHECK = ROOT / "deploy" / "slurm" / "nodewarden-healthcheck.sh"
@@ -27,7 +29,7 @@ def executable(path: Path, text: str) -> Path:
 
 # ---- systemd -------------------------------------------------------------------------------------
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@envneeds.needs(shutil.which("systemd-analyze") is None, "systemd-analyze", "verifies the units (apt-get install systemd)")
 def test_validate_units_verify(tmp_path: Path) -> None:
     """Verified as installed, with ExecStart's nodewarden pointed at a temporary stand-in (the
     real one need not be installed here)."""
@@ -40,7 +42,7 @@ def test_validate_units_verify(tmp_path: Path) -> None:
     assert p.returncode == 0 and not ours, p.stdout + p.stderr
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+@envneeds.needs(shutil.which("systemd-analyze") is None, "systemd-analyze", "verifies the units (apt-get install systemd)")
 def test_unverified_copy_only_misses_the_binary() -> None:
     """The shipped files as they are: the only complaint allowed is the absent nodewarden binary."""
     p = subprocess.run(["systemd-analyze", "verify", "--man=no", *(str(SYSTEMD / n) for n in UNITS)],
@@ -162,7 +164,7 @@ def test_soft_exit_for_a_prolog(slurm) -> None:
     assert run(1, "DRAIN: nodewarden links: x", NODEWARDEN_SOFT_EXIT="1").returncode == 1
 
 
-@pytest.mark.skipif(shutil.which("timeout") is None, reason="coreutils timeout not installed")
+@envneeds.needs(shutil.which("timeout") is None, "timeout", "coreutils' timeout(1) runs the check under its limit")
 def test_timeout_is_incomplete(slurm) -> None:
     run, log = slurm
     p = run(0, "", FAKE_SLEEP="20", NODEWARDEN_TIMEOUT="1")
@@ -189,7 +191,7 @@ def test_args_and_defaults_file(slurm, tmp_path: Path) -> None:
 @pytest.mark.parametrize("drain_on_incomplete", ["0", "1"])
 def test_core_only_install_on_a_gpu_node_is_incomplete(slurm, tmp_path: Path, drain_on_incomplete: str) -> None:
     """The real nodewarden, installed without torch (hidden from a child interpreter) on a node
-    with eight NVIDIA GPUs (a captured PCI tree): it used to exit 0 and the wrapper never drained
+    with eight NVIDIA GPUs (the generated h100 fixture PCI tree): it used to exit 0 and the wrapper never drained
     or logged anything. Now exit 3: logged with the reason, drained only when configured."""
     import sys
     run, log = slurm

@@ -5,7 +5,6 @@ procfs tree laid out as the NVIDIA driver lays out ``/proc/driver/nvidia/gpus``.
 from __future__ import annotations
 
 import logging
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,13 +12,15 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import envneeds
+
 from nodewarden import __version__
 from nodewarden.agent import exporter as ex
 from nodewarden.agent.exporter import Counters, increments, make_registry
 from nodewarden.nvml import GpuMinors
 from nodewarden.parsing.stream import KernelLogParser
 
-# dmesg lines, one per fault family the agent counts (formats as in ../shared/reference/real_log_cases.md)
+# dmesg lines, one per fault family the agent counts (formats as in tests/fixtures/reference/real_log_cases.md)
 LINES = [
     "[ 1001.000001] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit "
     "error (DBE) has been detected on GPU in the framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1.",
@@ -177,9 +178,7 @@ def test_a_failing_snapshot_serves_the_previous_one() -> None:
 
 
 def test_promtool_accepts_the_output(procfs: Path, tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not on PATH (Debian: apt-get install prometheus)")
+    promtool = envneeds.command("promtool", "lints the /metrics text (Debian: apt-get install prometheus)")
     c = count(LINES, GpuMinors(procfs))
     c.set(ex.SUCCESS, ("kernel_log",), 1)
     c.set(ex.DURATION, ("kernel_log",), 0.0012)
@@ -319,9 +318,7 @@ def test_replace_swaps_a_whole_family() -> None:
 
 
 def test_promtool_accepts_the_merged_output() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not on PATH (Debian: apt-get install prometheus)")
+    promtool = envneeds.command("promtool", "lints the /metrics text (Debian: apt-get install prometheus)")
     polled = [("infiniband", Sample("nodewarden_ib_port_state", (("device", "mlx5_0"), ("port", "1")), 4, GAUGE, "s")),
               ("infiniband", Sample("nodewarden_ib_link_downed_total", (("device", "mlx5_0"), ("port", "1")), 3,
                                     COUNTER, "Link downed.")),

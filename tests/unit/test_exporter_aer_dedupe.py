@@ -1,7 +1,7 @@
 """One PCIe AER error, one event: the pcie collector's sysfs AER rises (candidates) and the kernel
 log's ``pcie_aer`` records reconciled by :class:`nodewarden.agent.aer.AerReconciler`, kmsg first,
-sysfs first and sysfs only; pure, then through the real collector on a copy of the captured H100
-tree (tests/fixtures/sysfs/h100-hgx-ndr-aer), the agent's EventSink, counters and journal.
+sysfs first and sysfs only; pure, then through the real collector on a copy of the generated H100
+fixture tree (tests/fixtures/sysfs/h100-hgx-ndr-aer), the agent's EventSink, counters and journal.
 
 The kernel adds one to ``TOTAL_ERR_<severity>`` and to each error bit's count of the function's
 ``aer_dev_<severity>`` file for every record it handles, then prints the record unless rate-limited
@@ -33,8 +33,8 @@ from nodewarden.sysfs import pci as sysfs_pci
 from sysfs_trees import copy_tree
 
 T0 = 1_795_000_000.0
-GPU = "0000:9b:00.0"  # an H100 of the captured tree (vendor 0x10de, device 0x2330)
-HCA = "0000:1a:00.0"  # a ConnectX-7 of it (0x15b3): RxErr 3, BadTLP 1, TOTAL_ERR_COR 4 when captured
+GPU = "0000:9b:00.0"  # an H100 of the fixture tree (vendor 0x10de, device 0x2330)
+HCA = "0000:1a:00.0"  # a ConnectX-7 of it (0x15b3): RxErr 3, BadTLP 1, TOTAL_ERR_COR 4 as built
 
 
 class Clock:

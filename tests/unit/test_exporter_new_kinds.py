@@ -2,7 +2,7 @@
 and recovery, GPU-lost precursors, GPU reset required, GHES/MCA memory errors), from FaultEvents
 of the shape the parsers hand over (:mod:`nodewarden.parsing.sxid`, :mod:`nodewarden.parsing.aer`,
 :mod:`nodewarden.parsing.stream`), with values from the real
-cases of ../shared/reference/real_log_cases.md (S-001, S-101, P-101, W-101, X-040, E-101).
+cases of tests/fixtures/reference/real_log_cases.md (S-001, S-101, P-101, W-101, X-040, E-101).
 
 The events are built here, not parsed, so that these tests pin the exporter's contract whatever
 the parsers' state; tests/e2e/test_agent_kmsg_new_kinds.py runs the same kinds through the real

@@ -6,8 +6,8 @@ changes (an unchanged state formats and compresses nothing: the same bytes objec
 counted by wrapping the agent's encoders and ``gzip.compress``), and a change formatting only the
 family that changed, in each format when that format is next asked for.
 
-The state is real: the polled collectors (InfiniBand, EDAC, PCIe, netclass) on the captured
-``h100-hgx-ndr`` sysfs tree, and the agent's counters with label values and help text that need
+The state is real: the polled collectors (InfiniBand, EDAC, PCIe, netclass) on the generated
+``h100-hgx-ndr`` sysfs fixture tree, and the agent's counters with label values and help text that need
 escaping (quotes, backslashes, newlines, non-ASCII)."""
 
 from __future__ import annotations

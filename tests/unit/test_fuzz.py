@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests import envneeds
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ROOT / "tests" / "fuzz" / "fuzz_line_parser.py"
@@ -20,7 +20,7 @@ SECONDS = int(os.environ.get("NODEWARDEN_FUZZ_SECONDS", "20"))
 
 
 def test_fuzz_the_line_parser_for_a_bounded_time(tmp_path: Path) -> None:
-    pytest.importorskip("atheris")
+    envneeds.module("atheris", "the fuzz engine, the [test] extra", expected=envneeds.ON_X86_64)
     from test_parser_properties import REGRESSIONS
 
     corpus = tmp_path / "corpus"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden import cli, exitcodes
 from nodewarden.analysis import cluster
 from nodewarden.analysis import ingest as ingest_mod
@@ -22,8 +24,8 @@ from nodewarden.logfiles import open_log, parallel
 
 from test_ingest_parallel import _run  # noqa: E402  (events as JSON lines, stats with errors)
 
-distributed = pytest.importorskip("distributed")
-pytest.importorskip("pyarrow")
+distributed = envneeds.module("distributed", "analyze --scheduler, the [dask] extra")
+envneeds.module("pyarrow", "the event cache, the [analysis] extra")
 
 
 @pytest.fixture(scope="module")

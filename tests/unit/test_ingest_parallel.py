@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden import cli
 from nodewarden.analysis import ingest as ingest_mod
 from nodewarden.analysis.cache import EventCache
@@ -19,7 +21,7 @@ from nodewarden.analysis.ingest import ingest
 from nodewarden.analysis.simulate import simulate
 from nodewarden.events import FaultEvent
 
-pytest.importorskip("pyarrow")
+envneeds.module("pyarrow", "the event cache, the [analysis] extra")
 
 
 @pytest.fixture(scope="module")

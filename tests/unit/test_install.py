@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden import install
 from nodewarden.agent import config as cf
 
@@ -47,12 +49,7 @@ def source() -> Path:
 
 
 def systemd_analyze() -> str:
-    path = shutil.which("systemd-analyze")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("systemd-analyze is not installed (CI=true): apt-get install systemd")
-        pytest.skip("systemd-analyze not installed")
-    return path
+    return envneeds.command("systemd-analyze", "verifies the units written (apt-get install systemd)")
 
 
 def nodewarden(*args: str, env: dict[str, str] | None = None, argv0: list[str] | None = None,

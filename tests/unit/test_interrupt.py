@@ -12,11 +12,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from nodewarden.analysis.simulate import simulate
-
-psutil = pytest.importorskip("psutil")
 
 # Each parsing task is slowed down (in the forked workers too) so that the run is still reading
 # when the signal comes, and writes a line to TASK_LOG when it starts (the work done is counted,
@@ -82,6 +81,26 @@ def test_ctrl_c_stops_the_run_and_its_workers(fleet: Path, command: str, tmp_pat
     assert "Traceback" not in proc.stderr.read()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_workers_die_with_a_parent_killed_alone(fleet: Path, tmp_path: Path, sig: int) -> None:
+    # `kill PID` (or a job's time limit, or the OOM killer) signals the parent only: no Ctrl-C
+    # clean-up runs, and the workers must not wait for tasks for ever.
+    tasks = tmp_path / "tasks.log"
+    proc = _start(["analyze", str(fleet), "--jobs", "2", "--no-cache"], env={"TASK_LOG": str(tasks)})
+    parent = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 60
+    while (not tasks.exists() or len(tasks.read_bytes().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)  # both workers busy
+    workers = parent.children(recursive=True)
+    assert len(workers) == 2
+    os.kill(proc.pid, sig)
+    assert proc.wait(timeout=60) == -sig
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    for p in alive:  # by pid, only so that a failure leaves nothing behind
+        p.kill()
+    assert not alive  # without the parent-death signal they block on the task queue for good
+
+
 def test_a_killed_worker_ends_the_run_with_a_message(fleet: Path) -> None:
     victim = sorted(p.name for p in fleet.iterdir() if p.is_dir())[5]
     proc = _start(["analyze", str(fleet), "--jobs", "2", "--no-cache"], env={"KILL_IN": victim})
@@ -89,3 +108,26 @@ def test_a_killed_worker_ends_the_run_with_a_message(fleet: Path) -> None:
     err = proc.stderr.read()
     assert proc.returncode == 3, err
     assert "a worker process reading the logs died" in err and "Traceback" not in err
+
+
+def test_stop_waits_for_the_pools_manager_thread() -> None:
+    # The manager thread closes the pool's wake-up pipe when it sees its workers gone; the exit
+    # hook of concurrent.futures writes to that pipe without the pool's lock. A stop that returns
+    # while the thread still runs makes the exit print "OSError: [Errno 9] Bad file descriptor"
+    # now and then; after a stop that waited, the thread is gone and the pipe marked closed.
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from nodewarden.workers import ignore_sigint, stop
+
+    pool = ProcessPoolExecutor(2, mp_context=get_context("fork"), initializer=ignore_sigint)
+    futures = [pool.submit(time.sleep, 5) for _ in range(6)]
+    while not any(f.running() for f in futures):
+        time.sleep(0.01)
+    manager, wakeup = pool._executor_manager_thread, pool._executor_manager_thread_wakeup
+    workers = list(pool._processes.values())
+    stop(pool)
+    assert manager is not None and not manager.is_alive()
+    assert wakeup._closed
+    assert [w.exitcode for w in workers] == [-signal.SIGTERM] * 2
+    assert all(f.done() for f in futures)

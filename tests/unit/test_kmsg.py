@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden import kmsg
 from nodewarden.parsing.envelope import TimeContext
 from nodewarden.parsing.stream import KernelLogParser
@@ -65,13 +67,13 @@ def test_a_device_that_cannot_be_opened_raises(tmp_path: Path) -> None:
     reader.close()  # a reader not open closes as a no-op
 
 
-@pytest.mark.skipif(not os.access("/dev/kmsg", os.R_OK), reason="/dev/kmsg not readable here")
+@envneeds.needs(not os.access("/dev/kmsg", os.R_OK), "readable /dev/kmsg", "not readable here")
 def test_records_of_the_real_device() -> None:
     try:
         reader = kmsg.KmsgReader()
         reader.open()
     except OSError as e:  # EACCES/EPERM without CAP_SYSLOG while kernel.dmesg_restrict=1
-        pytest.skip(f"/dev/kmsg: {e}")
+        envneeds.need("readable /dev/kmsg", str(e))
     with reader:
         records = reader.read_available(limit=200)
     assert reader.records == len(records) > 0  # the ring buffer holds at least the boot's records

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import threading
@@ -40,6 +39,8 @@ import kubernetes_validate
 import pytest
 import yaml
 from dockerfile_parse import DockerfileParser
+
+from tests import envneeds
 
 from dashboards.mixin import config as mixin_config
 from nodewarden import __version__, cli, exitcodes
@@ -126,7 +127,7 @@ def test_every_manifest_is_checked() -> None:
     assert every == set(APPLIED) | set(EXAMPLES) | set(OPERATOR) | {SCRAPE_CONFIG}
     kinds = sorted(d["kind"] for _, d in OBJECTS)
     assert kinds == sorted(["Namespace", "ServiceAccount", "DaemonSet", "NetworkPolicy", "Service",
-                            "CronJob", "Job"])
+                            "CronJob", "Job", "ClusterRole", "ClusterRoleBinding", "ConfigMap"])
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -184,7 +185,7 @@ def api_problems(objects: list[dict[str, Any]]) -> list[str]:
     for o in objects:
         kind, meta = o["kind"], o["metadata"]
         what = f"{kind} {meta.get('name') or meta.get('generateName')}"
-        if kind != "Namespace" and meta.get("namespace") not in namespaces:
+        if kind not in ("Namespace", "ClusterRole", "ClusterRoleBinding") and meta.get("namespace") not in namespaces:
             out.append(f"{what}: namespace {meta.get('namespace')!r} is not created here")
         if kind not in ("DaemonSet", "Job", "CronJob"):
             continue
@@ -598,12 +599,7 @@ def _snake(r: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("prometheus is not installed (CI=true)")
-        pytest.skip("prometheus is not installed (Debian: apt-get install prometheus)")
-    return path
+    return envneeds.command("prometheus", "checks the manifests' scrape config (Debian: apt-get install prometheus)")
 
 
 def test_prometheus_gives_the_agents_the_labels_the_dashboards_select(prometheus_binary: str, tmp_path: Path) -> None:
@@ -747,3 +743,35 @@ def test_the_validator_image_is_cuda_with_the_torch_the_suite_runs() -> None:
     assert df.args["TORCH_VERSION"] == suite_torch
     installs = " ".join(i["value"] for i in df.structure if i["instruction"] == "RUN")
     assert "[validate]" in installs  # the extra the compute checks need
+
+
+# ---------------------------------------------------------------------------------------------
+# The node condition: the agent's configuration and its RBAC
+
+def test_the_agent_publishes_the_node_condition_with_the_rbac_it_needs(tmp_path: Path) -> None:
+    """The ConfigMap's agent.toml, mounted where the agent looks by default, turns the node
+    condition on for NODE_NAME (the downward API); the pod mounts its token; the ClusterRole
+    allows exactly get nodes and patch nodes/status, bound to the DaemonSet's account."""
+    ds, cm = obj("DaemonSet"), obj("ConfigMap", "nodewarden-agent")
+    c, spec = container(ds), pod_spec(ds)
+    m, v = mount_of(ds, agent_config.DEFAULT_PATH)
+    assert m["mountPath"] == agent_config.DEFAULT_PATH and m["subPath"] == "agent.toml" and m["readOnly"]
+    assert v["configMap"]["name"] == cm["metadata"]["name"]
+    assert cm["metadata"]["namespace"] == ds["metadata"]["namespace"]
+    (tmp_path / "agent.toml").write_text(cm["data"][m["subPath"]])
+    ns = cli.build_parser().parse_args(["agent", *expand(c["args"], c["env"])])
+    cfg = agent_config.resolve(ns, default_path=str(tmp_path / "agent.toml"))
+    assert cfg.kubernetes.node_condition and cfg.kubernetes.kubeconfig is None
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert agent_config.node_name(cfg, {"NODE_NAME": NODE}) == NODE
+    assert spec["automountServiceAccountToken"] is True
+    assert pod_spec(obj("CronJob")).get("automountServiceAccountToken") is False  # the validator has none
+    role, binding = obj("ClusterRole", "nodewarden-agent"), obj("ClusterRoleBinding", "nodewarden-agent")
+    allowed = {(g, r, verb) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for verb in rule["verbs"]}
+    assert allowed == {("", "nodes", "get"), ("", "nodes/status", "patch")}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"],
+                                    "namespace": ds["metadata"]["namespace"]}]

@@ -8,14 +8,13 @@ it those tests are skipped, except in CI (``CI=true``), where they fail.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests import envneeds
 
 from dashboards.mixin import build, config, promql, rules
 from nodewarden.agent import exporter
@@ -59,12 +58,7 @@ def _record_rules(cfg: config.Config = config.DEFAULT) -> list[dict]:
 
 
 def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool is not installed (Debian package prometheus): CI must run the rule tests")
-        pytest.skip("promtool is not installed (Debian package prometheus)")
-    return path
+    return envneeds.command("promtool", "tests the alert and recording rules (Debian package prometheus)")
 
 
 # ---- the committed files ---------------------------------------------------------------------

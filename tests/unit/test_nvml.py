@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests import envneeds
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # `pytest` run as a script does not put the checkout on sys.path
     sys.path.insert(0, str(ROOT))
@@ -35,7 +37,7 @@ GPU_BUSES = ("18", "2a", "3a", "5d", "9b", "ab", "ba", "db")  # the fixture tree
 def test_clock_event_reason_table_is_nvml_h_s() -> None:
     """Every nvmlClocksEventReason<Name> bit of nvml.h (as NVIDIA's pynvml mirrors it) is in the
     table under <name> in snake case; the faults are the slowdowns."""
-    pynvml = pytest.importorskip("pynvml")
+    pynvml = envneeds.module("pynvml", "nvidia-ml-py, the [test] extra")
     header = {}
     for const in dir(pynvml):
         m = re.fullmatch(r"nvmlClocksEventReason(\w+)", const)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -21,7 +23,7 @@ if str(ROOT) not in sys.path:
 from nodewarden import nvmllib  # noqa: E402
 from tests import nvmlsim  # noqa: E402
 
-pynvml = pytest.importorskip("pynvml")
+pynvml = envneeds.module("pynvml", "nvidia-ml-py, the reference binding (the [test] extra)")
 
 STRUCTS = {"nvmlPciInfo_t": "nvmlPciInfo_t", "c_nvmlFieldValue_t": "c_nvmlFieldValue_t",
            "c_nvmlValue_t": "c_nvmlValue_t", "c_nvmlProcessInfo_v2_t": "c_nvmlProcessInfo_v3_t"}

@@ -21,6 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import envneeds
+
 from nodewarden.events import FaultEvent
 from nodewarden.logfiles import events_from_bytes
 from nodewarden.logfiles.compressed import compression
@@ -258,7 +260,7 @@ def test_journal_stamps_out_of_range_keep_the_record_without_a_time() -> None:
 
 
 def test_the_fuzz_target_takes_every_regression_input() -> None:
-    pytest.importorskip("atheris")
+    envneeds.module("atheris", "the fuzz target's engine, the [test] extra", expected=envneeds.ON_X86_64)
     import fuzz_line_parser
 
     for line in REGRESSIONS:

@@ -50,20 +50,27 @@ def wait_for(what: str, check: Callable[[], object], deadline_s: float = 5.0) ->
 # ---------------------------------------------------------------------------------------------
 # collectors that misbehave for real
 
+HANG_S = 30.0  # how long a Slow collector's hung call blocks unless released
+WALL_S = HANG_S / 2  # a wall bound that tells "did not wait for the hung call" apart, however loaded
+
+
 class Slow:
-    """collect() sleeps 30 s (until released) from the ``hang_from``-th call on."""
+    """collect() sleeps HANG_S (until released) from the ``hang_from``-th call on; ``returned``
+    counts the calls that have returned, so a test can tell that something did not wait for one."""
 
     name = "slow"
 
     def __init__(self, hang_from: int = 2) -> None:
         self.hang_from = hang_from
         self.calls = 0
+        self.returned = 0
         self.release = threading.Event()
 
     def collect(self) -> Snapshot:
         self.calls += 1
         if self.calls >= self.hang_from:
-            self.release.wait(30)
+            self.release.wait(HANG_S)
+        self.returned += 1
         snap = Snapshot()
         snap.add("nodewarden_test_slow_calls", {"device": "gpu0"}, self.calls)
         return snap
@@ -110,7 +117,7 @@ def served() -> Iterator[Callable[[Poller, Counters], Callable[[], tuple[float, 
 
         def scrape() -> tuple[float, dict]:
             t0 = time.monotonic()
-            with urllib.request.urlopen(url, timeout=5) as r:
+            with urllib.request.urlopen(url, timeout=WALL_S) as r:
                 text = r.read().decode()
             took = time.monotonic() - t0
             out = {}
@@ -144,7 +151,8 @@ def test_a_hanging_collector_is_abandoned_and_the_scrape_answers_at_once(served)
         wait_for("the slow collector to be marked failed",
                  lambda: counters.get(ex.SUCCESS, ("slow",)) == 0.0 and slow.calls == 2)
         took, s = scrape()
-        assert took < 1.0
+        # answered while the hung call still blocks: the scrape did not wait for it
+        assert slow.returned == 1 and not slow.release.is_set() and took < WALL_S
         assert s[k("nodewarden_collector_success", collector="slow")] == 0
         assert s[k("nodewarden_collector_success", collector="steady")] == 1
         assert s[k("nodewarden_test_slow_calls", device="gpu0")] == 1  # its last snapshot
@@ -227,7 +235,8 @@ def test_stop_closes_idle_collectors_and_leaves_a_hung_one() -> None:
     poller.poll()
     t0 = time.monotonic()
     poller.stop(join_s=1.0)
-    assert time.monotonic() - t0 < 1.5
+    assert slow.calls == 1 and slow.returned == 0  # stopped while the hung call still blocks
+    assert time.monotonic() - t0 < WALL_S
     assert Closing.closed
     slow.release.set()
 
@@ -256,7 +265,8 @@ def test_a_late_return_is_taken_and_its_events_counted(tmp_path: Path) -> None:
     try:
         t0 = time.monotonic()
         poller.poll()
-        assert time.monotonic() - t0 < 1.0  # the poll waited the timeout, not the call
+        # the poll waited the timeout, not the call: it returned while the call still blocks
+        assert late.calls == 1 and late.returned == 0 and time.monotonic() - t0 < WALL_S
         assert counters.get(ex.SUCCESS, ("late",)) == 0 and counters.get(ex.SUCCESS, ("steady",)) == 1
         assert poller.health()["late"]["running_for"] >= 0.2
         poller.poll()

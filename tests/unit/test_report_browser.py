@@ -9,7 +9,6 @@ import base64
 import io
 import os
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -17,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib import image as mpimg
+
+from tests import envneeds
 
 from nodewarden.analysis import report, tables
 from nodewarden.analysis.ingest import IngestStats
@@ -26,12 +27,8 @@ BROWSER_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollba
 
 
 def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed (apt-get install chromium; tests/run.sh does it as root)")
-        pytest.skip("chromium is not installed")
-    return exe
+    return envneeds.command("chromium", "renders report.html (apt-get install chromium; tests/run.sh does it as root)",
+                            "chromium-browser")
 
 
 def _events():

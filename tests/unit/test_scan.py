@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import envneeds
+
 from nodewarden.logfiles.stream import events_from_stream, iter_regions
 from nodewarden.parsing import scan
 from nodewarden.parsing.envelope import TimeContext
@@ -20,7 +22,8 @@ from nodewarden.parsing.stream import KernelLogParser
 BACKENDS = [
     pytest.param(True, id="find"),
     pytest.param(False, id="hyperscan",
-                 marks=pytest.mark.skipif(scan.backend() != "hyperscan", reason="hyperscan not importable")),
+                 marks=envneeds.needs(scan.backend() != "hyperscan", "hyperscan", "the [analysis] extra's scanner",
+                                      expected=envneeds.ON_X86_64)),
 ]
 REAL_CASES = Path(__file__).resolve().parent.parent / "fixtures" / "real_cases"
 
@@ -140,7 +143,7 @@ def test_chunked_tail_records(data: bytes, chunk: int) -> None:
 
 def test_backends_agree() -> None:
     if scan.backend() != "hyperscan":
-        pytest.skip("hyperscan not importable")
+        envneeds.need("hyperscan", "the [analysis] extra's scanner", expected=envneeds.ON_X86_64)
     data = generated_log(5)
     assert scanned(data, force_find=False) == scanned(data, force_find=True)
 

@@ -236,9 +236,13 @@ def test_the_real_scheduler_runs_validate_and_exports_its_report(tmp_path: Path)
     assert s2.state.last_exit_code == 1
 
 
+SLEEPER_S = 60  # how long the stand-in validator runs unless killed
+
+
 def sleeper(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A validator that never finishes."""
-    monkeypatch.setattr(sc, "validate_command", lambda report, args: [sys.executable, "-c", "import time; time.sleep(60)"])
+    """A validator that never finishes (not before SLEEPER_S)."""
+    monkeypatch.setattr(sc, "validate_command",
+                        lambda report, args: [sys.executable, "-c", f"import time; time.sleep({SLEEPER_S})"])
 
 
 def test_a_run_past_its_timeout_is_killed_and_the_previous_report_stays(tmp_path: Path, monkeypatch) -> None:
@@ -247,8 +251,8 @@ def test_a_run_past_its_timeout_is_killed_and_the_previous_report_stays(tmp_path
     c = Counters()
     s = Scheduler(c, tmp_path, "gpu-017", timeout_s=0.5, kill_grace_s=5, busy=lambda: False)
     t0 = time.monotonic()
-    assert s.run_once() == -15  # SIGTERM
-    assert time.monotonic() - t0 < 5
+    assert s.run_once() == -15  # SIGTERM: killed, not waited for (a wall bound far from SLEEPER_S)
+    assert time.monotonic() - t0 < SLEEPER_S / 2
     assert c.get(ex.VAL_EXIT) == -15
     assert c.get(ex.VAL_STATUS, ("gemm", "fail")) == 1  # the previous report's, with its own time
     assert c.get(ex.VAL_LAST_RUN) == utc(2026, 11, 23, 5, 12)
@@ -267,7 +271,8 @@ def test_the_agents_stop_ends_a_run_which_then_does_not_count(tmp_path: Path, mo
     assert s.running_since is not None
     t0 = time.monotonic()
     s.stop()
-    assert time.monotonic() - t0 < 5
+    assert s._thread is not None and not s._thread.is_alive() and s.running_since is None
+    assert time.monotonic() - t0 < SLEEPER_S / 2  # terminated, not waited for
     assert s.state.last_attempt is None  # it runs again after the restart
     assert (ex.VAL_ATTEMPT.name, ()) not in c.snapshot()
     assert json.loads((tmp_path / sc.SCHEDULE_FILE).read_text())["last_attempt"] is None
@@ -278,24 +283,29 @@ def test_nvml_absent_means_idle() -> None:
     assert sc.nvml_gpus_busy() is False  # no NVML library on this machine: the GPUs are taken as idle
 
 
-def test_busy_while_an_nvml_call_hangs_and_idle_again_after() -> None:
+def test_busy_while_an_nvml_call_hangs_and_idle_again_after(monkeypatch: pytest.MonkeyPatch) -> None:
     """An NVML call of the agent blocked in the driver past its timeout (here a stand-in that
     waits on an event, under the session's one timeout): the busy probe answers busy at once,
     starting no NVML call; once the call returns, the probe asks NVML again (none here: idle).
     Through the NVML simulator: tests/unit/test_nvml.py::test_busy_probe_through_the_session."""
+    inits: list[None] = []  # the NVML sessions the probe opened
+    real_init = nvml.init
+    monkeypatch.setattr(nvml, "init", lambda: (inits.append(None), real_init())[1])
     release = threading.Event()
     with pytest.raises(nvml.NvmlTimeout):
-        nvml.call_with_timeout(release.wait, 0.1, 10, what="a hung collector poll")
+        nvml.call_with_timeout(release.wait, 0.1, 60, what="a hung collector poll")
     try:
-        t0 = time.monotonic()
-        assert sc.nvml_gpus_busy(timeout_s=5) is True
-        assert time.monotonic() - t0 < 0.5
+        assert "a hung collector poll" in nvml.blocked_calls()
+        assert sc.nvml_gpus_busy(timeout_s=30) is True
+        assert inits == []  # answered without starting a call: nothing waited for its 30 s
     finally:
         release.set()
-    end = time.monotonic() + 5
+    end = time.monotonic() + 30
     while nvml.blocked_calls() and time.monotonic() < end:
         time.sleep(0.01)
-    assert sc.nvml_gpus_busy(timeout_s=5) is False
+    assert nvml.blocked_calls() == {}
+    assert sc.nvml_gpus_busy(timeout_s=30) is False
+    assert inits == [None]  # this time NVML was asked (and is absent here)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,3 +386,104 @@ def test_report_watcher_skips_another_hosts_report_and_sees_a_chmod(tmp_path: Pa
     assert w.poll() is False
     _os.chmod(path, 0o644)  # ctime changes, content does not: read again
     assert w.poll() is True
+
+
+# ---------------------------------------------------------------------------------------------
+# busy GPUs, as NVML reports them (the NVML simulator, in a child process: the loader reads
+# LD_LIBRARY_PATH only when a process starts)
+
+BUSY_THEN_IDLE = r"""
+import json, logging, sys, threading
+from pathlib import Path
+from nodewarden.agent import exporter as ex, schedule as sc
+from nodewarden.agent.exporter import Counters
+from tests import nvmlsim
+
+nvml_state, state_dir = Path(sys.argv[1]), Path(sys.argv[2])
+start, job_ends, end = map(float, sys.argv[3:6])
+clock = {"t": start, "job": True}
+seen = []  # after every sleep: (fake time, the exported next run, /healthz's validator part)
+runs = []
+messages = []
+
+class Messages(logging.Handler):
+    def emit(self, record):
+        messages.append(record.getMessage())
+
+logging.getLogger("nodewarden.agent.schedule").addHandler(Messages())
+logging.getLogger("nodewarden.agent.schedule").setLevel(logging.INFO)
+
+def sleep(stop, seconds):
+    clock["t"] += seconds
+    if clock["job"] and clock["t"] >= job_ends:  # the job on GPU 5 exits
+        nvmlsim.update_gpu(nvml_state, 5, {"processes": []})
+        clock["job"] = False
+    if clock["t"] >= end:
+        stop.set()
+    seen.append((clock["t"], s.counters.get(ex.VAL_NEXT), s.health()))
+    return stop.is_set()
+
+class Recording(sc.Scheduler):
+    def run_once(self, stop=None):
+        started = self.begin()
+        runs.append((started, self.health()))
+        clock["t"] += 20 * 60.0
+        self.finish(started, 0, report_expected=False)
+        return 0
+
+s = Recording(Counters(), state_dir, "gpu-017", wall=lambda: clock["t"], sleep=sleep)  # busy: the NVML probe
+s.run(threading.Event())
+print(json.dumps({"runs": runs, "seen": seen, "messages": messages, "next": s.counters.get(ex.VAL_NEXT),
+                  "health": s.health()}))
+"""
+
+
+def test_a_due_run_waits_for_the_job_on_the_gpus_through_nvml(tmp_path: Path) -> None:
+    """A compute process on GPU 5 (nvmlDeviceGetComputeRunningProcesses through the simulator)
+    from before the weekly run is due until 3 h 07 min after: the run is put off, /healthz says
+    since when and why and the exported next run is the next look, 30 min apart; the first look
+    after the job's end runs it, once, and clears the deferral."""
+    import subprocess
+
+    from nodewarden.events import parse_iso_utc
+    from tests import nvmlsim
+
+    root = Path(__file__).resolve().parents[2]
+    libdir = nvmlsim.build(tmp_path / "lib")
+    gpus = nvmlsim.default_gpus(8)
+    gpus[5]["processes"] = [{"pid": 4242, "used_memory": 1 << 30}]
+    nvml_state = nvmlsim.write_state(tmp_path / "nvml.json", gpus)
+    start = utc(2026, 11, 25, 10, 0)  # a Wednesday: the agent's first start; next Monday is days away
+    due = start + jitter_offset("gpu-017", 12 * HOUR, WEEK)
+    job_ends = due + 3 * HOUR + 7 * 60
+    (tmp_path / "state").mkdir()
+    env = nvmlsim.env(libdir, nvml_state)
+    env["PYTHONPATH"] = str(root)
+    p = subprocess.run([sys.executable, "-c", BUSY_THEN_IDLE, str(nvml_state), str(tmp_path / "state"),
+                        repr(start), repr(job_ends), repr(start + DAY)],
+                       env=env, cwd=root, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+
+    looks = [due + k * sc.BUSY_RETRY_S for k in range(1, 8)]  # 7 busy looks; the 7th finds the job gone
+    assert looks[-2] < job_ends <= looks[-1]
+    (ran_at, health_then), = out["runs"]
+    assert ran_at == pytest.approx(looks[-1])
+    assert health_then["deferred_since"] is None and health_then["deferred_because"] is None
+    # every moment between the due time and the run: deferred since the due time, for busy GPUs,
+    # the next look exported and in /healthz
+    # (a sleep records what it ends on: the one ending at the due time comes before the first look)
+    waiting = [(t, nxt, h) for t, nxt, h in out["seen"] if due + 1 < t < ran_at - 1]
+    assert len(waiting) >= len(looks) - 1
+    for t, nxt, h in waiting:
+        retry = min(x for x in looks if x >= t - 1e-3)  # the look the scheduler is sleeping towards
+        assert h["deferred_because"] == sc.BUSY_REASON, t
+        assert parse_iso_utc(h["deferred_since"]).timestamp() == pytest.approx(due, abs=1)
+        assert nxt == pytest.approx(retry) and parse_iso_utc(h["next_run"]).timestamp() == pytest.approx(retry, abs=1)
+    assert all(h["deferred_since"] is None for t, _, h in out["seen"] if t < due)
+    assert [m for m in out["messages"] if "GPUs busy" in m] == [
+        f"validator run due, but {sc.BUSY_REASON}: retrying every 30 min"]
+    # after the run: not deferred, the next run at the next slot (Monday, this host's time)
+    assert out["health"]["deferred_since"] is None and out["health"]["deferred_because"] is None
+    assert out["next"] == pytest.approx(next_due(ran_at, start, WEEK, jitter_offset("gpu-017", 12 * HOUR, WEEK)))
+    assert out["health"]["last_exit_code"] == 0

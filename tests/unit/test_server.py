@@ -26,6 +26,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
+from tests import envneeds
+
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import webconfig as wc
 from nodewarden.agent.server import (FD_RESERVE, MIN_CONNECTIONS, AgentHTTPServer, FdLimitError, ServerSettings,
@@ -325,7 +327,7 @@ def test_basic_auth(serve, tmp_path, caplog) -> None:
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> tlscerts.Certs:
     if tlscerts.OPENSSL is None:
-        pytest.skip("openssl not on PATH")
+        envneeds.need("openssl", "makes the TLS tests' certificates")
     return tlscerts.make(tmp_path_factory.mktemp("certs"))
 
 

@@ -2,7 +2,7 @@
 [chains]): the default fleet is unchanged, the ground truth holds the rates exactly, and every
 line has the shape of the real case it copies.
 
-The real lines below are copied from shared/reference/real_log_cases.md (S-001, S-101, P-101,
+The real lines below are copied from tests/fixtures/reference/real_log_cases.md (S-001, S-101, P-101,
 W-101, X-040, E-101), timestamps removed. A simulated line and a real line have the same shape
 when they are equal once PCI ids, hexadecimal and decimal numbers are replaced by placeholders.
 """

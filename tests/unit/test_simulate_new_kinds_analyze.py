@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("pandas")
+from tests import envneeds
+
+envneeds.module("pandas", "offline analysis, the [analysis] extra")
 
 from nodewarden.analysis import simulate as sim  # noqa: E402
 from nodewarden.cli import main  # noqa: E402

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
+
+from tests import envneeds
 
 from nodewarden import exitcodes
 from nodewarden.cli import main
@@ -146,9 +147,7 @@ def test_textfile_is_valid_prometheus(fake_checks, tmp_path: Path) -> None:
     assert 'nodewarden_validator_check_status{check="gamma",status="pass"} 0.0' in prom
     assert 'nodewarden_validator_check_value{check="alpha",device="",metric="rate",unit="B/s"} 100.0' in prom
     assert "nodewarden_validator_last_run_timestamp_seconds" in prom
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not installed (Debian package prometheus)")
+    promtool = envneeds.command("promtool", "lints the validator's metrics (Debian package prometheus)")
     proc = subprocess.run([promtool, "check", "metrics"], input=prom, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -211,7 +210,7 @@ def test_gpus_on_the_bus_without_cuda_are_incomplete_not_a_cpu_pass(tmp_path: Pa
     """--device auto on a node whose GPUs PyTorch cannot use (a CPU-only torch here) must not pass
     the GPU checks on the CPU fallback: could not complete (exit 3); --device cpu still runs them
     on purpose, and the table and the JSON report say cpu and the profile."""
-    torch = pytest.importorskip("torch")
+    torch = envneeds.module("torch", "the validator's compute checks (tests/run.sh installs the CPU build)")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
     sysfs = FIXTURES / "h100-hgx-ndr"
@@ -235,7 +234,7 @@ def test_gpus_on_the_bus_without_cuda_are_incomplete_not_a_cpu_pass(tmp_path: Pa
 def test_auto_without_a_gpu_skips_the_compute_checks(capsys: pytest.CaptureFixture[str]) -> None:
     """The default device on a node without an NVIDIA GPU (a VM's PCI bus): gemm, gpu_memory and
     allreduce did not test anything, so they are skip with the reason, never pass on the CPU."""
-    torch = pytest.importorskip("torch")
+    torch = envneeds.module("torch", "the validator's compute checks (tests/run.sh installs the CPU build)")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
     from nodewarden.validator.base import nvml_gpu_count
@@ -251,7 +250,7 @@ def test_auto_without_a_gpu_skips_the_compute_checks(capsys: pytest.CaptureFixtu
 def test_device_cuda_without_cuda_is_an_error_not_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--device cuda where PyTorch sees no CUDA device: gemm and gpu_memory used to pass with
     "0 GiB written"; the device asked for is absent: error, exit 3."""
-    torch = pytest.importorskip("torch")
+    torch = envneeds.module("torch", "the validator's compute checks (tests/run.sh installs the CPU build)")
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")
     report = tmp_path / "r.json"

@@ -23,7 +23,10 @@ to ``busbw_min_bytes_per_second`` when > 0), ``size_bytes``, ``ranks``, ``backen
 ``details``.
 
 Fault injection, for tests on the real path: ``inject_wrong_rank`` makes that rank contribute one
-wrong element; ``inject_hang_rank`` makes that rank stop before its first allreduce.
+wrong element; ``inject_hang_rank`` makes that rank stop before its first allreduce;
+``inject_slow_rank`` makes that rank wait :data:`SLOW_RANK_DELAY_S` before each timed allreduce
+(a slow link holds every rank back: the collective ends with its last rank). A profile, config
+file or ``--set`` cannot set them (:mod:`nodewarden.validator.profiles`).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "busbw_min_bytes_per_second": 0,  # from the hardware profile; 0: informational
     "inject_wrong_rank": None,       # tests: this rank contributes one wrong element
     "inject_hang_rank": None,        # tests: this rank stops before its first allreduce
+    "inject_slow_rank": None,        # tests: this rank waits SLOW_RANK_DELAY_S before each timed allreduce
 }
 QUICK: dict[str, Any] = {"cpu_ranks": 2, "warmup_iterations": 2, "iterations": 10}
 
@@ -63,6 +67,7 @@ PERIOD = 251          # x_r[i] depends on i mod PERIOD: a shifted or misplaced c
 MAX_RANKS = 256       # PERIOD · n(n+1)/2 < 2**24: sums exact in float32
 _START_S = 60.0       # beyond timeout_seconds: spawning the ranks and importing torch
 _GRACE_S = 10.0       # once a rank has failed, the others' time to report (at most timeout_seconds)
+SLOW_RANK_DELAY_S = 0.05  # inject_slow_rank: per timed allreduce
 
 
 def bus_bandwidth(algbw_bytes_per_second: float, ranks: int) -> float:
@@ -102,7 +107,7 @@ def validate_params(params: dict[str, Any]) -> dict[str, Any]:
     if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
         raise ValueError(f"busbw_min_bytes_per_second must be a number ≥ 0, got {floor!r}")
     injects = {}
-    for key in ("inject_wrong_rank", "inject_hang_rank"):
+    for key in ("inject_wrong_rank", "inject_hang_rank", "inject_slow_rank"):
         v = params.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ValueError(f"{key} must be a rank ≥ 0, got {v!r}")
@@ -178,6 +183,8 @@ def _rank_main(job: dict[str, Any]) -> dict[str, Any]:
             sync()
             t0 = time.perf_counter()
             for _ in range(job["iterations"]):
+                if rank == job.get("slow_rank"):
+                    time.sleep(SLOW_RANK_DELAY_S)   # the fault: this rank's data comes late
                 dist.all_reduce(work)
             sync()
             entry["seconds_per_op"] = (time.perf_counter() - t0) / job["iterations"]
@@ -243,7 +250,7 @@ def _tail(f: Any, limit: int = 300) -> str:
 
 def run_ranks(backend: str, world: int, sizes: list[int], warmup: int, iters: int, timeout_s: float,
               inject_rank: int | None = None, hang_rank: int | None = None,
-              progress: Any = None) -> dict[int, dict[str, Any]]:
+              progress: Any = None, slow_rank: int | None = None) -> dict[int, dict[str, Any]]:
     """Start ``world`` rank interpreters and collect their reports by rank. A rank that dies, or a
     group from which nothing is heard for ``timeout_s`` (plus a start-up allowance), is reported
     with an ``error``; once one rank has failed the others get a short grace to report. Every rank
@@ -265,7 +272,7 @@ def run_ranks(backend: str, world: int, sizes: list[int], warmup: int, iters: in
         for rank in range(world):
             job = {"rank": rank, "world": world, "backend": backend, "port": store.port, "sizes_bytes": sizes,
                    "warmup_iterations": warmup, "iterations": iters, "timeout_seconds": timeout_s,
-                   "inject_rank": inject_rank, "hang_rank": hang_rank}
+                   "inject_rank": inject_rank, "hang_rank": hang_rank, "slow_rank": slow_rank}
             logs.append(tempfile.TemporaryFile())
             procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(job)], env=env,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=logs[-1]))
@@ -327,7 +334,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
                                device="cuda")
     else:
         backend, world = "gloo", p["cpu_ranks"]
-    for key in ("inject_wrong_rank", "inject_hang_rank"):
+    for key in ("inject_wrong_rank", "inject_hang_rank", "inject_slow_rank"):
         if p[key] is not None and p[key] >= world:
             return CheckResult(NAME, ERROR, reason=f"{key} {p[key]} is not a rank (0..{world - 1})",
                                action="fix the allreduce check's parameters")
@@ -335,7 +342,8 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     ctx.progress(NAME, 0.0, f"{backend}: starting {world} ranks")
     try:
         reports = run_ranks(backend, world, sizes, p["warmup_iterations"], p["iterations"], p["timeout_seconds"],
-                            p["inject_wrong_rank"], p["inject_hang_rank"], lambda f, t: ctx.progress(NAME, f, t))
+                            p["inject_wrong_rank"], p["inject_hang_rank"], lambda f, t: ctx.progress(NAME, f, t),
+                            p["inject_slow_rank"])
     except (OSError, RuntimeError) as e:  # the store or the spawn itself failed: nothing was measured
         return CheckResult(NAME, ERROR, reason=f"could not start the ranks: {type(e).__name__}: {e}",
                            action="check that 127.0.0.1 is usable and processes can be spawned")

@@ -45,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "duration_seconds": 10.0,      # load time of every worker, after all are pinned and ready
     "min_core_ratio": 0.5,         # slowest CPU's rate / median rate must be at least this
     "inject_wrong_answer_cpu": None,  # tests: this CPU's worker corrupts its SHA-256 chain
+    "inject_slow_cpu": None,       # tests: this CPU's worker hashes each chain SLOW_FACTOR times (a throttled core)
 }
 QUICK: dict[str, Any] = {"duration_seconds": 3.0}
 
@@ -55,6 +56,7 @@ CHAIN_BYTES = CHAIN_ROUNDS * (32 + len(BLOCK))
 # sha256 chain of CHAIN_ROUNDS rounds from SEED, computed once and written down: a core that
 # computes it differently is wrong, whatever the parent process computes.
 KNOWN_DIGEST = "d6d9a460c03dba223d6bd6682828177ff803985d270c76487e471a1579928730"
+SLOW_FACTOR = 8     # inject_slow_cpu: that worker's timed SHA-256 work, repeated (1/8 of its rate)
 FLOAT_TERMS = 2000
 KNOWN_FLOAT_SUM = 1.5 * FLOAT_TERMS * (FLOAT_TERMS + 1) / 2   # 3001500.0, exact in float64
 
@@ -115,24 +117,29 @@ def summarize_governors(governors: dict[int, str]) -> str | None:
     return ", ".join(f"{g}×{n}" for g, n in sorted(counts.items(), key=lambda kv: (kv[1], kv[0])))
 
 
-def validate_params(params: dict[str, Any], cpus: list[int]) -> tuple[float, float, int | None]:
-    """(duration_seconds, min_core_ratio, inject_wrong_answer_cpu). Raises ValueError naming the
-    parameter."""
+def validate_params(params: dict[str, Any], cpus: list[int]) -> tuple[float, float, int | None, int | None]:
+    """(duration_seconds, min_core_ratio, inject_wrong_answer_cpu, inject_slow_cpu). Raises
+    ValueError naming the parameter. The ``inject_`` keys are test hooks (a profile, config file
+    or ``--set`` cannot set them: :mod:`nodewarden.validator.profiles`)."""
     duration = params.get("duration_seconds")
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 < duration <= 3600:
         raise ValueError(f"duration_seconds must be a number in (0, 3600], got {duration!r}")
     ratio = params.get("min_core_ratio")
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
         raise ValueError(f"min_core_ratio must be a number in [0, 1], got {ratio!r}")
-    inject = params.get("inject_wrong_answer_cpu")
-    if inject is not None and (isinstance(inject, bool) or not isinstance(inject, int) or inject not in cpus):
-        raise ValueError(f"inject_wrong_answer_cpu must be one of the usable CPUs {cpus}, got {inject!r}")
-    return float(duration), float(ratio), inject
+    injects = []
+    for key in ("inject_wrong_answer_cpu", "inject_slow_cpu"):
+        v = params.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v not in cpus):
+            raise ValueError(f"{key} must be one of the usable CPUs {cpus}, got {v!r}")
+        injects.append(v)
+    return float(duration), float(ratio), injects[0], injects[1]
 
 
-def _worker(cpu: int, duration_s: float, inject: bool, start: Any, conn: Connection) -> None:
+def _worker(cpu: int, duration_s: float, inject: bool, start: Any, conn: Connection, slow: bool = False) -> None:
     """Pin to ``cpu``, wait for the start signal, run known-answer blocks for ``duration_s``, send
-    ``{cpu, chains, sha_seconds, floats, wrong: [...]}`` (or ``{cpu, error}``)."""
+    ``{cpu, chains, sha_seconds, floats, wrong: [...]}`` (or ``{cpu, error}``). ``inject``/``slow``:
+    the test hooks (a corrupted chain; each chain hashed :data:`SLOW_FACTOR` times, counted once)."""
     try:
         os.sched_setaffinity(0, {cpu})
         conn.send({"cpu": cpu, "ready": True})
@@ -146,6 +153,8 @@ def _worker(cpu: int, duration_s: float, inject: bool, start: Any, conn: Connect
         while True:
             t0 = time.perf_counter()
             digest = sha256_chain(CHAIN_ROUNDS, CHAIN_ROUNDS // 2 if inject else None)
+            for _ in range(SLOW_FACTOR - 1 if slow else 0):
+                sha256_chain(CHAIN_ROUNDS)
             sha_s += time.perf_counter() - t0
             chains += 1
             if digest != KNOWN_DIGEST and len(wrong) < 5:
@@ -179,9 +188,10 @@ def _reap(procs: list[Any]) -> None:
 
 
 def run_workers(cpus: list[int], duration_s: float, inject_cpu: int | None,
-                progress: Any = None) -> dict[int, dict[str, Any]]:
+                progress: Any = None, slow_cpu: int | None = None) -> dict[int, dict[str, Any]]:
     """One pinned worker per CPU, started together; their reports by CPU. A worker that dies or
-    stays silent past ``duration_s`` + grace reports ``{"error": ...}``. Every worker is reaped."""
+    stays silent past ``duration_s`` + grace reports ``{"error": ...}``. Every worker is reaped.
+    ``inject_cpu``/``slow_cpu``: the test hooks of :func:`_worker` for that CPU."""
     fork = mp.get_context("fork")
     start = fork.Event()
     procs, conns = [], {}
@@ -189,8 +199,8 @@ def run_workers(cpus: list[int], duration_s: float, inject_cpu: int | None,
     try:
         for cpu in cpus:
             parent_end, child_end = fork.Pipe(duplex=False)
-            p = fork.Process(target=_worker, args=(cpu, duration_s, cpu == inject_cpu, start, child_end),
-                             name=f"nodewarden-cpu{cpu}", daemon=True)
+            p = fork.Process(target=_worker, name=f"nodewarden-cpu{cpu}", daemon=True,
+                             args=(cpu, duration_s, cpu == inject_cpu, start, child_end, cpu == slow_cpu))
             p.start()
             child_end.close()
             procs.append(p)
@@ -236,11 +246,11 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     result = CheckResult(NAME, PASS)
     cpus = sorted(os.sched_getaffinity(0))
     try:
-        duration_s, min_ratio, inject = validate_params(params, cpus)
+        duration_s, min_ratio, inject, slow = validate_params(params, cpus)
     except ValueError as e:
         return CheckResult(NAME, ERROR, reason=str(e), action="fix the cpu check's parameters")
 
-    reports = run_workers(cpus, duration_s, inject, lambda f, t: ctx.progress(NAME, f, t))
+    reports = run_workers(cpus, duration_s, inject, lambda f, t: ctx.progress(NAME, f, t), slow)
     rates: dict[int, float] = {}
     wrong: dict[int, list[str]] = {}
     broken: dict[int, str] = {}

@@ -498,11 +498,14 @@ def _consensus_errors(groups: dict[str, list[str]], products: dict[str, dict[str
     return out
 
 
-def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None) -> CheckResult:
+def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None,
+        devices: list[str] | None = None) -> CheckResult:
     """Products on every visible GPU, or on the CPU when the run's device is ``cpu`` (asked for
     with ``--device cpu``); ``skip``/``error`` without a device (:meth:`RunContext.compute`).
-    ``corrupt(c, dtype, device)`` is the fault-injection hook, called on each checked product
-    before it is checked."""
+    Test hooks, never set by the runner: ``corrupt(c, dtype, device)``, called on each checked
+    product before it is checked; ``devices``, the torch devices to test instead (on the CPU
+    device several of ``cpu:0``, ``cpu:1``... stand in for GPUs of one model, so that the bitwise
+    consensus runs)."""
     try:
         p = checked_params(params)
     except ValueError as e:
@@ -514,12 +517,12 @@ def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None)
     import torch
     result = CheckResult(NAME, PASS, device=compute.device)
     if compute.device == "cuda":
-        devices = [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        devices = devices or [f"cuda:{i}" for i in range(torch.cuda.device_count())]
         n = p["n"]
         if not devices:
             return CheckResult(NAME, ERROR, reason="no CUDA device visible to PyTorch", device="cuda")
     else:
-        devices, n = ["cpu"], p["cpu_n"]
+        devices, n = devices or ["cpu"], p["cpu_n"]
     plan = {d: supported_modes(d, list(p["dtypes"])) for d in devices}
     total = sum(len(m) for m, _ in plan.values()) or 1
     started = [0]
@@ -535,7 +538,7 @@ def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None)
         _record(result, device, _run_device(device, n, modes, p, progress, corrupt), p)
     groups: dict[str, list[str]] = {}
     for d in devices:
-        groups.setdefault(torch.cuda.get_device_name(d) if d.startswith("cuda") else d, []).append(d)
+        groups.setdefault(torch.cuda.get_device_name(d) if d.startswith("cuda") else "cpu", []).append(d)
     products = result.details.get("products", {})
     result.details["errors"] = result.details.get("errors", []) + _consensus_errors(groups, products)
     result.details["n"] = n

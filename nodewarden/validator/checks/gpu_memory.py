@@ -28,7 +28,12 @@ byte once), ``copy_bandwidth`` (B/s, device-to-device ``copy_``, counted as byte
 written as STREAM and CUDA's bandwidthTest do; held to ``copy_min_bytes_per_second`` on CUDA only,
 the profiles' figures are GPU figures) and ``mismatched_words`` (held to 0). A mismatch is status
 ``fail`` with ``details["errors"]``: offset, address, expected and actual word, flipped bits and
-pattern of the first ``max_errors`` failing words.
+pattern of the first ``max_errors`` failing words. A copy whose destination differs from its
+source fails too: ``details["copy_errors"]`` (the same fields, pattern ``copy``, offset and
+address of the destination word) and ``details["copy_mismatches"]`` (words, by device). A CUDA
+error naming ECC while the memory is tested (an uncorrectable error surfaces so) fails with
+``details["cuda_errors"]``; coverage below ``coverage_min_ratio`` (memory held elsewhere, or
+that the allocator would not give) fails on the measurement.
 
 Before anything is allocated, NVML is asked whether a GPU must be recovered first (param
 ``nvml``: ``auto`` does so when the device is CUDA, true/false force it; the NVML snapshot of
@@ -274,10 +279,13 @@ def allocate(device: str, target_bytes: int, chunk_bytes: int, min_chunk_bytes: 
     return chunks
 
 
-def copy_bandwidth(chunk: "torch.Tensor", copy_bytes: int, iterations: int) -> tuple[float, bool]:
+def copy_bandwidth(chunk: "torch.Tensor", copy_bytes: int, iterations: int,
+                   max_errors: int = DEFAULTS["max_errors"]) -> tuple[float, int, list[dict[str, Any]]]:
     """Device-to-device ``copy_`` from the first half of ``chunk`` into the second (at most
     ``copy_bytes`` each way), ``iterations`` times after one warm-up. Returns (B/s counting bytes
-    read plus bytes written, whether the copy arrived intact)."""
+    read plus bytes written, the count of destination words that differ from their source, the
+    first ``max_errors`` of them as :func:`describe_mismatch` gives them: pattern ``copy``,
+    ``offset`` and ``address`` of the destination word, ``expected`` its source word)."""
     import torch
     words = max(1, min(copy_bytes // 8, chunk.numel() // 2))
     src, dst = chunk[:words], chunk[words:2 * words]
@@ -288,7 +296,14 @@ def copy_bandwidth(chunk: "torch.Tensor", copy_bytes: int, iterations: int) -> t
         dst.copy_(src)
     _sync(chunk.device)
     elapsed = time.perf_counter() - t0
-    return 2 * words * 8 * iterations / elapsed, bool(torch.equal(src, dst))
+    bps = 2 * words * 8 * iterations / elapsed
+    if torch.equal(src, dst):  # no temporaries on the healthy path
+        return bps, 0, []
+    diff = torch.nonzero(dst != src).flatten()
+    found = [describe_mismatch("copy", (words + i) * 8, chunk.data_ptr() + (words + i) * 8, e, a)
+             for i, e, a in zip(diff[:max_errors].tolist(), src[diff[:max_errors]].tolist(),
+                                dst[diff[:max_errors]].tolist())]
+    return bps, int(diff.numel()), found
 
 
 # -- parameters and the check ----------------------------------------------------------------------
@@ -362,22 +377,22 @@ def _test_device(device: str, p: dict[str, Any], result: CheckResult, ctx: RunCo
     chunks = allocate(device, target, p["chunk_bytes"], p["min_chunk_bytes"])
     runs: list[PatternResult] = []
     copy_bps: float | None = None
-    copy_ok = True
+    copy_bad: tuple[int, list[dict[str, Any]]] = (0, [])
     tested = sum(c.numel() for c in chunks) * 8
     try:
         if chunks:  # none at all: coverage 0 says so
             runs = run_patterns(chunks, patterns, corrupt, slice_bytes=p["slice_bytes"],
                                 max_errors=p["max_errors"], progress=progress)
-            copy_bps, copy_ok = copy_bandwidth(chunks[0], p["copy_bytes"], p["copy_iterations"])
+            copy_bps, *copy_bad = copy_bandwidth(chunks[0], p["copy_bytes"], p["copy_iterations"], p["max_errors"])
     finally:
         del chunks
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-    _report(device, runs, tested, total, copy_bps, copy_ok, p, result)
+    _report(device, runs, tested, total, copy_bps, copy_bad, p, result)
 
 
-def _report(device: str, runs: list[PatternResult], tested: int, total: int, copy_bps: float | None, copy_ok: bool,
-            p: dict[str, Any], result: CheckResult) -> None:
+def _report(device: str, runs: list[PatternResult], tested: int, total: int, copy_bps: float | None,
+            copy_bad: tuple[int, list[dict[str, Any]]], p: dict[str, Any], result: CheckResult) -> None:
     const = [r for r in runs if r.name.startswith("walking_")] or runs
     write_s = sum(r.write_seconds for r in const)
     read_s = sum(r.read_seconds for r in const)
@@ -398,8 +413,9 @@ def _report(device: str, runs: list[PatternResult], tested: int, total: int, cop
         for e in r.errors[:max(0, p["max_errors"] - len(errors))]:
             errors.append({"device": device, **e})
     result.details.setdefault("mismatches", {})[device] = {r.name: r.mismatches for r in runs if r.mismatches}
-    if not copy_ok:
-        result.details.setdefault("copy_errors", []).append(device)
+    if copy_bad[0]:
+        result.details.setdefault("copy_errors", []).extend({"device": device, **e} for e in copy_bad[1])
+        result.details.setdefault("copy_mismatches", {})[device] = copy_bad[0]
 
 
 def _verdict(result: CheckResult) -> None:
@@ -423,7 +439,11 @@ def _verdict(result: CheckResult) -> None:
         result.action = ("drain the node; check ECC and row remapping (nvidia-smi -q -d ECC,ROW_REMAPPER) "
                          "and run the vendor's memory diagnostic (dcgmi diag -r 3)")
     elif result.details.get("copy_errors"):
-        result.reason = f"device-to-device copy corrupted data on {', '.join(result.details['copy_errors'])}"
+        e = result.details["copy_errors"][0]
+        n = sum(result.details["copy_mismatches"].values())
+        result.reason = (f"device-to-device copy corrupted {n} 64-bit word(s) on "
+                         f"{', '.join(result.details['copy_mismatches'])}; first on {e['device']} at offset "
+                         f"{e['offset']:#x} ({e['address']}): bits {e['bits']} flipped")
         result.action = "drain the node and run the vendor's memory diagnostic (dcgmi diag -r 3)"
     else:
         bad = [f"{m.name}@{m.device} {m.value:.3g} (need {m.op} {m.threshold:.3g})" for m in result.measurements

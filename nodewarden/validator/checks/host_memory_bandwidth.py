@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Any] = {
     "engine": "auto",                  # auto (torch if installed, else numpy), torch, numpy
     "triad_min_bytes_per_second": 0,   # from the hardware profile; 0: informational
     "inject_corrupt_element": None,    # tests: corrupt a[i] after the last Triad, as a memory fault would
+    "inject_slow_cpu": None,           # tests: the numpy worker on this CPU runs each kernel SLOW_FACTOR times
 }
 QUICK: dict[str, Any] = {"repeats": 5}
 
@@ -76,6 +77,7 @@ MAX_REPEATS = 32               # a grows as 2·3^k − 1: beyond 32 passes it le
 BLOCK_ELEMENTS = 131072        # numpy Triad block, 1 MiB of float64: stays in L2/L3 between multiply and add
 PAGE_ELEMENTS = 512            # 4 KiB of float64: numpy slices start on page boundaries
 SCALAR = 3.0                   # STREAM's scalar
+SLOW_FACTOR = 8                # inject_slow_cpu: that worker's slice moves 8 times per pass (a slow DIMM or node)
 _COMMAND_TIMEOUT_S = 120.0     # a numpy worker silent this long is hung
 _MIN_RATE_B_PER_S = 0.5e9      # the torch child is given time for its traffic at this rate, plus a start
 
@@ -132,9 +134,10 @@ def best_rate(kernel: str, n_elements: int, seconds: list[float]) -> float:
     return stream_bytes(kernel, n_elements) / min(timed)
 
 
-def validate_params(params: dict[str, Any]) -> tuple[int | None, int, str, float, int | None]:
-    """(array_bytes or None, repeats, engine, triad_min_bytes_per_second, inject_corrupt_element).
-    Raises ValueError naming the parameter."""
+def validate_params(params: dict[str, Any]) -> tuple[int | None, int, str, float, int | None, int | None]:
+    """(array_bytes or None, repeats, engine, triad_min_bytes_per_second, inject_corrupt_element,
+    inject_slow_cpu). Raises ValueError naming the parameter. The ``inject_`` keys are test hooks
+    (a profile, config file or ``--set`` cannot set them: :mod:`nodewarden.validator.profiles`)."""
     size = params.get("array_bytes")
     if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 4096):
         raise ValueError(f"array_bytes must be an integer ≥ 4096 (or unset), got {size!r}")
@@ -150,7 +153,10 @@ def validate_params(params: dict[str, Any]) -> tuple[int | None, int, str, float
     inject = params.get("inject_corrupt_element")
     if inject is not None and (isinstance(inject, bool) or not isinstance(inject, int) or inject < 0):
         raise ValueError(f"inject_corrupt_element must be an element index ≥ 0, got {inject!r}")
-    return size, repeats, engine, float(floor), inject
+    slow = params.get("inject_slow_cpu")
+    if slow is not None and (isinstance(slow, bool) or not isinstance(slow, int) or slow < 0):
+        raise ValueError(f"inject_slow_cpu must be a CPU number ≥ 0, got {slow!r}")
+    return size, repeats, engine, float(floor), inject, slow
 
 
 # --- torch engine: a child interpreter with pinned OpenMP threads -------------------------------
@@ -215,10 +221,11 @@ def run_torch(cpus: list[int], n_elements: int, repeats: int, inject: int | None
 # --- numpy engine: one pinned process per CPU over shared memory -------------------------------
 
 def _worker(index: int, n_workers: int, cpu: int, lo: int, hi: int, n: int, buf: mmap.mmap, ctrl: mmap.mmap,
-            conn: Connection) -> None:
+            conn: Connection, slow: bool = False) -> None:
     """Pin to ``cpu``, first-touch ``[lo, hi)`` of a, b, c in ``buf``, then serve commands:
     ``copy``/``triad`` (spin barrier on ``ctrl``, run, reply ``(t_start, t_end)``), ``check``
-    (reply mismatches in the slice), ``exit``."""
+    (reply mismatches in the slice), ``exit``. ``slow``: the test hook, each kernel run
+    :data:`SLOW_FACTOR` times (both are idempotent: the values stay exact)."""
     import numpy as np
 
     try:
@@ -251,12 +258,13 @@ def _worker(index: int, n_workers: int, cpu: int, lo: int, hi: int, n: int, buf:
             while arrive.min() < generation:   # everyone starts together: STREAM's parallel region
                 os.sched_yield()
             t0 = time.perf_counter()
-            if cmd == "copy":
-                np.copyto(c[lo:hi], a[lo:hi])
-            elif cmd == "triad":
-                for ab, bb, cb in blocks:
-                    np.multiply(cb, SCALAR, out=ab)
-                    np.add(ab, bb, out=ab)
+            for _ in range(SLOW_FACTOR if slow else 1):
+                if cmd == "copy":
+                    np.copyto(c[lo:hi], a[lo:hi])
+                elif cmd == "triad":
+                    for ab, bb, cb in blocks:
+                        np.multiply(cb, SCALAR, out=ab)
+                        np.add(ab, bb, out=ab)
             t1 = time.perf_counter()
             conn.send(("done", (t0, t1)))
     except Exception as e:
@@ -271,7 +279,7 @@ def _worker(index: int, n_workers: int, cpu: int, lo: int, hi: int, n: int, buf:
 class _Pool:
     """The pinned numpy workers over shared anonymous memory; ``close()`` reaps them all."""
 
-    def __init__(self, cpus: list[int], n_elements: int) -> None:
+    def __init__(self, cpus: list[int], n_elements: int, slow_cpu: int | None = None) -> None:
         self.cpus = cpus
         self.n = n_elements
         self.slices = split(n_elements, len(cpus))
@@ -285,7 +293,8 @@ class _Pool:
         for i, (cpu, (lo, hi)) in enumerate(zip(cpus, self.slices)):
             parent_end, child_end = fork.Pipe()
             p = fork.Process(target=_worker, args=(i, len(cpus), cpu, lo, hi, n_elements, self.buf, self.ctrl,
-                                                   child_end), name=f"nodewarden-stream{cpu}", daemon=True)
+                                                   child_end, cpu == slow_cpu),
+                             name=f"nodewarden-stream{cpu}", daemon=True)
             p.start()
             child_end.close()
             self.procs.append(p)
@@ -336,20 +345,32 @@ class _Pool:
         self.ctrl.close()
 
 
+def worker_rates(kernel: str, slices: list[tuple[int, int]], spans: list[list[float]]) -> list[float]:
+    """Each worker's own Best Rate (B/s) for ``kernel``: its slice's counted bytes over its
+    shortest pass, the first excluded (``spans[w]``: worker w's seconds per pass)."""
+    return [best_rate(kernel, hi - lo, s) for (lo, hi), s in zip(slices, spans)]
+
+
 def run_numpy(cpus: list[int], n_elements: int, repeats: int, inject: int | None,
-              progress: Any = None) -> dict[str, Any]:
-    """Run the passes with one pinned numpy worker per CPU; the same report as :func:`run_torch`.
-    Raises RuntimeError naming a worker that failed; every worker is reaped."""
+              progress: Any = None, slow_cpu: int | None = None) -> dict[str, Any]:
+    """Run the passes with one pinned numpy worker per CPU; the same report as :func:`run_torch`
+    plus ``worker_triad_bandwidth`` (CPU -> that worker's Triad B/s, :func:`worker_rates`).
+    ``slow_cpu``: the test hook of :func:`_worker`. Raises RuntimeError naming a worker that
+    failed; every worker is reaped."""
     import numpy as np
 
     times: dict[str, list[float]] = {"copy": [], "triad": []}
-    pool = _Pool(cpus, n_elements)
+    own: list[list[float]] = [[] for _ in cpus]   # each worker's Triad seconds per pass
+    pool = _Pool(cpus, n_elements, slow_cpu)
     try:
         pool.gather("ready")
         for r in range(repeats):
             for kernel in ("copy", "triad"):
                 spans = pool.command(kernel)
                 times[kernel].append(max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans))
+                if kernel == "triad":
+                    for w, (t0, t1) in enumerate(spans):
+                        own[w].append(t1 - t0)
             if progress is not None:
                 progress((r + 1) / (repeats + 1), f"pass {r + 1}/{repeats}")
         if inject is not None:
@@ -359,10 +380,23 @@ def run_numpy(cpus: list[int], n_elements: int, repeats: int, inject: int | None
         bad = pool.command("check", expected_values(repeats), expect="checked")
     finally:
         pool.close()
-    return {"copy_seconds": times["copy"], "triad_seconds": times["triad"], "wrong": [w for ws in bad for w in ws]}
+    rates = worker_rates("triad", pool.slices, own)
+    return {"copy_seconds": times["copy"], "triad_seconds": times["triad"], "wrong": [w for ws in bad for w in ws],
+            "worker_triad_bandwidth": {cpu: rate for cpu, rate in zip(cpus, rates)}}
 
 
 # --- the check ----------------------------------------------------------------------------------
+
+def _slowest_worker(rates: dict[int, float]) -> str:
+    """``; slowest worker: CPU 3 at 0.9 GB/s, 12% of the median worker`` (numpy engine, two or
+    more workers), else ""."""
+    if len(rates) < 2:
+        return ""
+    import statistics
+    cpu = min(rates, key=lambda c: rates[c])
+    med = statistics.median(rates.values())
+    return f"; slowest worker: CPU {cpu} at {rates[cpu] / 1e9:.1f} GB/s, {rates[cpu] / med:.0%} of the median worker"
+
 
 def choose_engine(engine: str) -> str | None:
     """The engine to use (``auto``: torch, else numpy), or None when it is not installed."""
@@ -373,7 +407,7 @@ def choose_engine(engine: str) -> str | None:
 
 def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     try:
-        size, repeats, engine_param, floor, inject = validate_params(params)
+        size, repeats, engine_param, floor, inject, slow_cpu = validate_params(params)
     except ValueError as e:
         return CheckResult(NAME, ERROR, reason=str(e), action="fix the host_memory_bandwidth check's parameters")
     cpus = sorted(os.sched_getaffinity(0))
@@ -393,6 +427,10 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     except ValueError as e:
         return CheckResult(NAME, ERROR, reason=f"array_bytes {size}: {e}", action="use a larger array_bytes")
 
+    if slow_cpu is not None and (slow_cpu not in cpus or engine_param != "numpy"):
+        return CheckResult(NAME, ERROR, reason=f"inject_slow_cpu {slow_cpu}: needs engine numpy (one worker per "
+                           f"CPU) and one of the usable CPUs {cpus}",
+                           action="fix the host_memory_bandwidth check's parameters")
     engine = choose_engine(engine_param)
     if engine is None:
         return CheckResult(NAME, SKIP, reason=f"engine {engine_param}: neither torch nor numpy is installed"
@@ -402,7 +440,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
         if engine == "torch":
             out = run_torch(cpus, n, repeats, inject)
         else:
-            out = run_numpy(cpus, n, repeats, inject, lambda f, t: ctx.progress(NAME, f, t))
+            out = run_numpy(cpus, n, repeats, inject, lambda f, t: ctx.progress(NAME, f, t), slow_cpu)
     except RuntimeError as e:
         return CheckResult(NAME, ERROR, reason=str(e), action="inspect the node (dmesg: OOM kills, MCE)")
 
@@ -420,6 +458,9 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
         "triad_seconds": [round(t, 6) for t in out["triad_seconds"]],
         "bytes_counted": {"copy": stream_bytes("copy", n), "triad": stream_bytes("triad", n)},
     }
+    per_worker = out.get("worker_triad_bandwidth") or {}
+    if per_worker:
+        result.details["worker_triad_bandwidth"] = {str(c): round(r) for c, r in per_worker.items()}
     wrong = out["wrong"]
     if wrong:
         w = wrong[0]
@@ -433,7 +474,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     result.status = status_from_measurements(result.measurements)
     gb = 1e9
     if result.status == FAIL:
-        result.reason = f"Triad {triad_bw / gb:.1f} GB/s below {floor / gb:.1f} GB/s"
+        result.reason = f"Triad {triad_bw / gb:.1f} GB/s below {floor / gb:.1f} GB/s" + _slowest_worker(per_worker)
         result.action = "drain; check DIMM population and speed (dmidecode -t memory), NUMA and BIOS memory settings"
     else:
         result.reason = f"Copy {copy_bw / gb:.1f} GB/s, Triad {triad_bw / gb:.1f} GB/s over {len(cpus)} CPUs ({engine})"

@@ -1,7 +1,7 @@
 """links: are the node's fabric and bus links up, at the rate and width they should have?
 
 Five parts, each judging the records of :mod:`nodewarden.sysfs` read under ``ctx.sysfs`` (a
-parameter: tests point it at fixture trees captured from real machines) — the records the
+parameter: tests point it at the fixture trees under tests/fixtures/) — the records the
 agent's collectors export, so that the check and the metrics cannot disagree — and reporting
 ``skip`` inside ``details`` when its hardware is absent. The check is ``skip`` only when no part
 could run: never ``pass`` with nothing checked.

@@ -10,9 +10,10 @@ stale data or another block's data fails, naming the file and the byte offset.
 I/O path: ``O_DIRECT`` when the file system takes it (probed: open with ``O_DIRECT`` and write
 one aligned block), else buffered writes + ``fsync`` and, before the read, ``posix_fadvise
 (POSIX_FADV_DONTNEED)`` on each file so the read comes from the device and not the page cache
-(what fio does with ``invalidate=1``). ``details["direct_io"]`` says which was used; the
-reference benchmark (bench/validator_fidelity.py) runs fio with the same sizes, block size,
-``numjobs`` = ``streams`` and ``direct`` accordingly.
+(what fio does with ``invalidate=1``). ``details["direct_io"]`` says which was used, and
+``details["mount_point"]``/``["mount_source"]`` (``ctx.procfs``/self/mountinfo) which device was
+tested, named in the reason too; the reference benchmark (bench/validator_fidelity.py) runs fio
+with the same sizes, block size, ``numjobs`` = ``streams`` and ``direct`` accordingly.
 
 Verdicts: data read back wrong, or an I/O error by which the kernel reports a device or file-system
 fault (EIO, ENXIO, ENODEV, EUCLEAN, EBADMSG), is ``fail``; bandwidth below its threshold is ``fail``;
@@ -135,22 +136,31 @@ def open_base(path: str | os.PathLike[str]) -> tuple[int, str]:
     return fd, real
 
 
-def filesystem_type(real: str, procfs: Path = Path("/proc")) -> str | None:
-    """The fstype of the mount holding ``real`` (longest mount point prefix in mountinfo)."""
+def mount_of(real: str, procfs: Path = Path("/proc")) -> tuple[str, str, str | None] | None:
+    """(mount point, fstype, mount source such as ``/dev/nvme0n1p2``) of the mount holding
+    ``real``: the longest mount point prefix in ``procfs``/self/mountinfo (proc(5): the fields
+    after `` - `` are fstype and source, None when absent); None when mountinfo cannot be read or
+    has no match."""
     try:
         text = (procfs / "self" / "mountinfo").read_text()
     except OSError:
         return None
-    best, fstype = "", None
+    best: tuple[str, str, str | None] | None = None
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
-        fields = left.split()
-        if not sep or len(fields) < 5:
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 5 or not tail:
             continue
         mnt = fields[4].replace("\\040", " ")
-        if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-            best, fstype = mnt, right.split()[0]
-    return fstype
+        if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and (best is None or len(mnt) >= len(best[0])):
+            best = (mnt, tail[0], tail[1].replace("\\040", " ") if len(tail) > 1 else None)
+    return best
+
+
+def filesystem_type(real: str, procfs: Path = Path("/proc")) -> str | None:
+    """The fstype of the mount holding ``real`` (:func:`mount_of`), or None."""
+    m = mount_of(real, procfs)
+    return m[1] if m else None
 
 
 def _remove_tree(base_fd: int, name: str) -> None:
@@ -403,7 +413,10 @@ def measure(path: str | os.PathLike[str], streams: int = 4, file_bytes: int = Gi
     guard = _SignalGuard()
     stop = threading.Event()
     out: dict[str, Any] = {"path": real, "workdir": os.path.join(real, sub_name), "streams": streams,
-                           "file_bytes": file_bytes, "block_bytes": block, "filesystem": filesystem_type(real, procfs)}
+                           "file_bytes": file_bytes, "block_bytes": block}
+    mount = mount_of(real, procfs)
+    out.update({"filesystem": mount[1], "mount_point": mount[0], "mount_source": mount[2]} if mount else
+               {"filesystem": None})
     handlers = guard.install()
     sub_fd = -1
     try:
@@ -538,7 +551,8 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     if rmin and m["read_bandwidth"] < rmin:
         slow.append(f"read {m['read_bandwidth'] / 1e9:.3g} GB/s < {rmin / 1e9:.3g} GB/s")
     io = "O_DIRECT" if m["direct_io"] else f"buffered ({m.get('direct_io_unavailable', '')})"
-    where = f"{m['path']} ({m['filesystem'] or '?'}, {io}, {streams} x {m['file_bytes'] / MiB:.0f} MiB)"
+    source = f"{m['mount_source']} " if m.get("mount_source") else ""
+    where = f"{m['path']} ({source}{m['filesystem'] or '?'}, {io}, {streams} x {m['file_bytes'] / MiB:.0f} MiB)"
     if slow:
         res.status = FAIL
         res.reason = f"{', '.join(slow)} on {where}"

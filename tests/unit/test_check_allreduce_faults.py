@@ -1,0 +1,66 @@
+"""The allreduce check's remaining verdicts reached through ``run()`` on gloo CPU ranks: a rank
+whose data comes late (it waits SLOW_RANK_DELAY_S before each timed allreduce, as behind a slow
+link) holds the whole collective back and fails a bus-bandwidth floor that the healthy ranks clear
+(test_check_allreduce.py's healthy run is held above the same floor); ranks that cannot be spawned
+are an ``error``, nothing measured."""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+
+import psutil
+
+from tests import envneeds
+
+torch = envneeds.module("torch", "the allreduce check (tests/run.sh installs the CPU build)")
+
+from nodewarden.validator.base import RunContext  # noqa: E402
+from nodewarden.validator.checks import allreduce as ar  # noqa: E402
+from nodewarden.validator.result import ERROR, FAIL  # noqa: E402
+from nodewarden.validator.runner import run_check  # noqa: E402
+
+KiB, MiB = 2**10, 2**20
+SMALL = {"cpu_ranks": 2, "sizes_bytes": [64 * KiB, 1 * MiB], "warmup_iterations": 1, "iterations": 3,
+         "timeout_seconds": 20.0}
+
+
+def ctx(**params) -> RunContext:
+    return RunContext(profile={"allreduce": params}, device="cpu")
+
+
+def busbw(r) -> float:
+    return next(m.value for m in r.measurements if m.name == "busbw")
+
+
+# The floor the slow rank must fail: four times what one late 1 MiB allreduce per delay allows.
+# test_check_allreduce.py::test_healthy_run_passes holds the healthy ranks above this same floor.
+FLOOR = 4 * MiB / ar.SLOW_RANK_DELAY_S
+
+
+def test_a_slow_rank_fails_the_floor_the_healthy_ranks_clear():
+    r = run_check("allreduce", ctx(**SMALL, busbw_min_bytes_per_second=FLOOR, inject_slow_rank=1))
+    assert r.status == FAIL, r.reason
+    # every op waits for the late rank: at most one 1 MiB allreduce per delay
+    assert busbw(r) <= MiB / ar.SLOW_RANK_DELAY_S
+    assert r.reason == f"busbw {busbw(r) / 1e9:.1f} GB/s below {FLOOR / 1e9:.1f} GB/s"
+    assert r.details["wrong_result_ranks"] == [] and r.details["failed_ranks"] == {}  # slow, not wrong
+    assert all(s["seconds_per_op"] >= ar.SLOW_RANK_DELAY_S for s in r.details["sizes"])
+    assert "NVLink" in r.action
+    assert not psutil.Process().children(recursive=True)
+
+
+def test_a_slow_rank_hook_beyond_the_ranks_is_an_error():
+    r = run_check("allreduce", ctx(**SMALL, inject_slow_rank=2))
+    assert r.status == ERROR and r.reason == "inject_slow_rank 2 is not a rank (0..1)"
+
+
+def test_ranks_that_cannot_be_spawned_are_an_error(monkeypatch):
+    def popen(*args, **kwargs):  # fork refused: the process table or memory cgroup is full
+        raise BlockingIOError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    r = run_check("allreduce", ctx(**SMALL))
+    assert r.status == ERROR
+    assert r.reason == "could not start the ranks: BlockingIOError: [Errno 11] Resource temporarily unavailable"
+    assert r.measurements == []
