@@ -189,8 +189,11 @@ def test_faults_reach_prometheus(tmp_path: Path) -> None:
         assert prom.value(f"nodewarden_ib_flash_cuts_total{{{port}}}") == 0
         (ib_port / "state").write_text("1: DOWN\n")
         (ib_port / "phys_state").write_text("3: Disabled\n")
-        w("mlx5_0/1 DOWN in Prometheus", lambda: prom.value(f"nodewarden_ib_port_state{{{port}}}") == 1)
-        assert prom.value(f"nodewarden_ib_port_phys_state{{{port}}}") == 3
+        # the two files are written one after the other: a poll between them sees DOWN with LinkUp,
+        # so the wait is for both (each scrape holds one poll's values)
+        w("mlx5_0/1 DOWN and Disabled in Prometheus",
+          lambda: (prom.value(f"nodewarden_ib_port_state{{{port}}}"),
+                   prom.value(f"nodewarden_ib_port_phys_state{{{port}}}")) == (1, 3))
         (ib_port / "state").write_text("4: ACTIVE\n")
         (ib_port / "phys_state").write_text("5: LinkUp\n")
         w("the flash cut", lambda: prom.value(f"nodewarden_ib_flash_cuts_total{{{port}}}") == 1)
