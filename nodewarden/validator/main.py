@@ -150,7 +150,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="where the compute checks run: auto (the node's GPUs; skipped without one), cuda "
                         "(absent: could not complete), cpu (the same code on host memory, on purpose)")
-    p.add_argument("--storage-path", help="directory the storage check writes into (default: a temp dir)")
+    p.add_argument("--storage-path", help="directory the storage check writes into (default: /var/tmp when writable, else the temp dir)")
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--textfile", metavar="DIR", help="write nodewarden_validator.prom for node_exporter")
     p.add_argument("--baseline", metavar="FILE",

@@ -77,7 +77,10 @@ def loaded(modules: list[str], names: dict[str, str]) -> list[str]:
 
 
 def child_modules(code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> list[str]:
-    """``sys.modules`` of a fresh interpreter that ran ``code`` (which prints them as JSON last)."""
+    """``sys.modules`` of a fresh interpreter that ran ``code`` (which prints them as JSON last).
+    Not measured by coverage (``tests/run.sh --cov``): its tracer would load modules of its own."""
+    env = {k: v for k, v in (os.environ if env is None else env).items()
+           if k not in ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")}
     r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
                        env=env, timeout=timeout)
     assert r.returncode == 0, r.stdout + r.stderr
