@@ -25,6 +25,7 @@ from nodewarden.logfiles.paths import LogFile
 from nodewarden.logfiles.read import read_file
 from nodewarden.parsing.envelope import TimeContext, parse_kmsg_record
 from nodewarden.parsing.stream import KernelLogParser
+from test_poller import Records  # tests/unit is on the path, as for test_real_cases
 
 BOOT = "42bbb864-594f-407a-ba94-6e4d111f7732"
 BOOT_TIME = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.timezone.utc)
@@ -76,19 +77,8 @@ def test_the_reader_returns_a_record_with_its_dictionary_whole(tmp_path: Path) -
 
 
 def test_the_agent_counts_dev_printk_records_once_and_no_dictionary_line_as_unparsed(tmp_path: Path) -> None:
-    class Source:
+    class Source(Records):  # the poller tests' /dev/kmsg stand-in, on this machine's boot
         boot_id = BOOT
-        overruns = 0
-
-        def __init__(self, records: list[str]) -> None:
-            self.records = records
-
-        def read_available(self, limit: int = 100_000) -> list[str]:
-            out, self.records = self.records[:limit], self.records[limit:]
-            return out
-
-        def wait(self, timeout: float) -> bool:
-            return bool(self.records)
 
     counters = Counters()
     f = KmsgFollower(Source([r.decode() for r in RECORDS]), counters, st.StateStore(tmp_path), host="n1",
