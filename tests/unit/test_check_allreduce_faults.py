@@ -7,6 +7,7 @@ are an ``error``, nothing measured."""
 from __future__ import annotations
 
 import errno
+import re
 import subprocess
 
 import psutil
@@ -64,3 +65,20 @@ def test_ranks_that_cannot_be_spawned_are_an_error(monkeypatch):
     assert r.status == ERROR
     assert r.reason == "could not start the ranks: BlockingIOError: [Errno 11] Resource temporarily unavailable"
     assert r.measurements == []
+
+
+def test_a_wrong_sum_from_right_contributions_blames_the_reduction_path():
+    """Rank 1 receives a sum wrong in one element while every rank's contribution, reduced alone,
+    is right: the check fails naming the rank that saw it and suspects the reduction path (a NIC,
+    the NVLink/PCIe path, the library), not a rank's data."""
+    r = run_check("allreduce", ctx(**SMALL, inject_wrong_result_rank=1))
+    assert r.status == FAIL, r.reason
+    assert r.details["wrong_result_ranks"] == [1] and r.details["bad_contributors"] == []
+    assert r.details["failed_ranks"] == {}
+    n = 64 * KiB // 4  # the first size's elements; the hook flips element n // 3, by +1
+    assert r.reason.startswith("allreduce result wrong on rank(s) 1; no single rank's contribution is wrong "
+                               f"alone: suspect the reduction path (1 of {n} elements at {64 * KiB} bytes; "
+                               f"first [{n // 3}] = ")
+    got, expected = (float(v) for v in re.search(r"= (\S+), expected (\S+)\)$", r.reason).groups())
+    assert got == expected + 1
+    assert not psutil.Process().children(recursive=True)

@@ -25,7 +25,9 @@ to ``busbw_min_bytes_per_second`` when > 0), ``size_bytes``, ``ranks``, ``backen
 Fault injection, for tests on the real path: ``inject_wrong_rank`` makes that rank contribute one
 wrong element; ``inject_hang_rank`` makes that rank stop before its first allreduce;
 ``inject_slow_rank`` makes that rank wait :data:`SLOW_RANK_DELAY_S` before each timed allreduce
-(a slow link holds every rank back: the collective ends with its last rank). A profile, config
+(a slow link holds every rank back: the collective ends with its last rank);
+``inject_wrong_result_rank`` flips one element of the sum that rank receives from its first
+allreduce of each size (every contribution is right: a fault of the reduction path). A profile, config
 file or ``--set`` cannot set them (:mod:`nodewarden.validator.profiles`).
 """
 
@@ -58,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "inject_wrong_rank": None,       # tests: this rank contributes one wrong element
     "inject_hang_rank": None,        # tests: this rank stops before its first allreduce
     "inject_slow_rank": None,        # tests: this rank waits SLOW_RANK_DELAY_S before each timed allreduce
+    "inject_wrong_result_rank": None,  # tests: the sum this rank receives is wrong in one element
 }
 QUICK: dict[str, Any] = {"cpu_ranks": 2, "warmup_iterations": 2, "iterations": 10}
 
@@ -107,7 +110,7 @@ def validate_params(params: dict[str, Any]) -> dict[str, Any]:
     if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
         raise ValueError(f"busbw_min_bytes_per_second must be a number ≥ 0, got {floor!r}")
     injects = {}
-    for key in ("inject_wrong_rank", "inject_hang_rank", "inject_slow_rank"):
+    for key in ("inject_wrong_rank", "inject_hang_rank", "inject_slow_rank", "inject_wrong_result_rank"):
         v = params.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
             raise ValueError(f"{key} must be a rank ≥ 0, got {v!r}")
@@ -172,6 +175,8 @@ def _rank_main(job: dict[str, Any]) -> dict[str, Any]:
             entry: dict[str, Any] = {"size_bytes": size, "wrong": []}
             y = x.clone()
             dist.all_reduce(y)
+            if rank == job.get("wrong_result_rank"):
+                y[n // 3] += 1.0      # the fault: the sum this rank received is wrong
             bad = mismatches(y, expected)
             if bad:
                 entry["wrong"].append(dict(bad, when="before the timed loop"))
@@ -250,7 +255,8 @@ def _tail(f: Any, limit: int = 300) -> str:
 
 def run_ranks(backend: str, world: int, sizes: list[int], warmup: int, iters: int, timeout_s: float,
               inject_rank: int | None = None, hang_rank: int | None = None,
-              progress: Any = None, slow_rank: int | None = None) -> dict[int, dict[str, Any]]:
+              progress: Any = None, slow_rank: int | None = None,
+              wrong_result_rank: int | None = None) -> dict[int, dict[str, Any]]:
     """Start ``world`` rank interpreters and collect their reports by rank. A rank that dies, or a
     group from which nothing is heard for ``timeout_s`` (plus a start-up allowance), is reported
     with an ``error``; once one rank has failed the others get a short grace to report. Every rank
@@ -272,7 +278,8 @@ def run_ranks(backend: str, world: int, sizes: list[int], warmup: int, iters: in
         for rank in range(world):
             job = {"rank": rank, "world": world, "backend": backend, "port": store.port, "sizes_bytes": sizes,
                    "warmup_iterations": warmup, "iterations": iters, "timeout_seconds": timeout_s,
-                   "inject_rank": inject_rank, "hang_rank": hang_rank, "slow_rank": slow_rank}
+                   "inject_rank": inject_rank, "hang_rank": hang_rank, "slow_rank": slow_rank,
+                   "wrong_result_rank": wrong_result_rank}
             logs.append(tempfile.TemporaryFile())
             procs.append(subprocess.Popen([sys.executable, "-c", code, json.dumps(job)], env=env,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=logs[-1]))
@@ -334,7 +341,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
                                device="cuda")
     else:
         backend, world = "gloo", p["cpu_ranks"]
-    for key in ("inject_wrong_rank", "inject_hang_rank", "inject_slow_rank"):
+    for key in ("inject_wrong_rank", "inject_hang_rank", "inject_slow_rank", "inject_wrong_result_rank"):
         if p[key] is not None and p[key] >= world:
             return CheckResult(NAME, ERROR, reason=f"{key} {p[key]} is not a rank (0..{world - 1})",
                                action="fix the allreduce check's parameters")
@@ -343,7 +350,7 @@ def run(ctx: RunContext, params: dict[str, Any]) -> CheckResult:
     try:
         reports = run_ranks(backend, world, sizes, p["warmup_iterations"], p["iterations"], p["timeout_seconds"],
                             p["inject_wrong_rank"], p["inject_hang_rank"], lambda f, t: ctx.progress(NAME, f, t),
-                            p["inject_slow_rank"])
+                            p["inject_slow_rank"], p["inject_wrong_result_rank"])
     except (OSError, RuntimeError) as e:  # the store or the spawn itself failed: nothing was measured
         return CheckResult(NAME, ERROR, reason=f"could not start the ranks: {type(e).__name__}: {e}",
                            action="check that 127.0.0.1 is usable and processes can be spawned")
