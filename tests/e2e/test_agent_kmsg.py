@@ -238,9 +238,16 @@ class Lines:
 
 
 def journal_events(state_dir: Path) -> list[dict]:
+    """The journal's whole records. A SIGKILL in the middle of an append leaves a torn line (the
+    next append starts on a new line; readers count it unparsed, and the restarted agent journals
+    its event again from the ring buffer): not a record, left out."""
     out = []
     for p in sorted(state_dir.glob("events-*.jsonl")):
-        out.extend(json.loads(line) for line in p.read_text().splitlines() if line.strip())
+        for line in p.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return out
 
 

@@ -16,7 +16,8 @@ HOOKS = [(name, key) for name in registry.NAMES for key in getattr(registry.get(
 
 def test_the_hooks_are_the_ones_the_checks_document():
     assert sorted(HOOKS) == [("allreduce", "inject_hang_rank"), ("allreduce", "inject_slow_rank"),
-                             ("allreduce", "inject_wrong_rank"), ("cpu", "inject_slow_cpu"),
+                             ("allreduce", "inject_wrong_rank"), ("allreduce", "inject_wrong_result_rank"),
+                             ("cpu", "inject_slow_cpu"),
                              ("cpu", "inject_wrong_answer_cpu"), ("host_memory_bandwidth", "inject_corrupt_element"),
                              ("host_memory_bandwidth", "inject_slow_cpu")]
 
