@@ -12,22 +12,12 @@ import subprocess
 
 import psutil
 
-from tests import envneeds
+# the allreduce tests' sizes and context (it needs torch as they do); tests/unit is on the path
+from test_check_allreduce import SMALL, KiB, MiB, ctx
 
-torch = envneeds.module("torch", "the allreduce check (tests/run.sh installs the CPU build)")
-
-from nodewarden.validator.base import RunContext  # noqa: E402
-from nodewarden.validator.checks import allreduce as ar  # noqa: E402
-from nodewarden.validator.result import ERROR, FAIL  # noqa: E402
-from nodewarden.validator.runner import run_check  # noqa: E402
-
-KiB, MiB = 2**10, 2**20
-SMALL = {"cpu_ranks": 2, "sizes_bytes": [64 * KiB, 1 * MiB], "warmup_iterations": 1, "iterations": 3,
-         "timeout_seconds": 20.0}
-
-
-def ctx(**params) -> RunContext:
-    return RunContext(profile={"allreduce": params}, device="cpu")
+from nodewarden.validator.checks import allreduce as ar
+from nodewarden.validator.result import ERROR, FAIL
+from nodewarden.validator.runner import run_check
 
 
 def busbw(r) -> float:
