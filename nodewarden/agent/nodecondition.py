@@ -262,11 +262,22 @@ def patch_body(condition: Mapping[str, str]) -> bytes:
     return json.dumps({"status": {"conditions": [dict(condition)]}}, separators=(",", ":")).encode()
 
 
-def condition_of(node: Mapping[str, Any]) -> dict[str, str] | None:
-    """The :data:`CONDITION_TYPE` condition of a Node object (a GET's JSON), or None."""
-    for c in (node.get("status") or {}).get("conditions") or []:
+CONDITION_STATUSES = ("True", "False", "Unknown")
+
+
+def condition_of(node: Any) -> dict[str, str] | None:
+    """The :data:`CONDITION_TYPE` condition of a Node object (a GET's JSON), or None: also when
+    the object is not of the Node's shape, or the condition has no ``status`` of the API's three
+    (an answer of another shape is no condition we published)."""
+    status = node.get("status") if isinstance(node, dict) else None
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    for c in conditions if isinstance(conditions, list) else []:
         if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
-            return {k: str(v) for k, v in c.items() if isinstance(v, (str, int, float))}
+            if c.get("status") not in CONDITION_STATUSES:
+                return None
+            out = {k: str(v) for k, v in c.items() if isinstance(v, (str, int, float))}
+            out.setdefault("reason", "")
+            return out
     return None
 
 
@@ -430,9 +441,12 @@ def _split_server(server: str, where: str) -> tuple[str, int]:
     if u.scheme != "https" or not u.hostname:
         raise CredentialsError(f"{where}: server {server!r}: expected https://HOST[:PORT]")
     try:
-        return u.hostname, u.port or 443
+        port = u.port
     except ValueError as e:
         raise CredentialsError(f"{where}: server {server!r}: {e}") from None
+    if port == 0:
+        raise CredentialsError(f"{where}: server {server!r}: port 0")
+    return u.hostname, port or 443
 
 
 def from_kubeconfig(path: str) -> Credentials:
@@ -442,8 +456,17 @@ def from_kubeconfig(path: str) -> Credentials:
         doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as e:
         raise CredentialsError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise CredentialsError(f"{path}: not UTF-8 text: {e}") from None
     except yaml.YAMLError as e:
         raise CredentialsError(f"{path}: not YAML: {e}") from None
+    try:
+        return _kubeconfig_credentials(path, doc)
+    except (TypeError, AttributeError) as e:  # a field of another type than the kubeconfig's
+        raise CredentialsError(f"{path}: not a kubeconfig of the usual shape: {e}") from None
+
+
+def _kubeconfig_credentials(path: str, doc: Any) -> Credentials:
     if not isinstance(doc, dict):
         raise CredentialsError(f"{path}: not a kubeconfig (expected a mapping)")
     base = Path(path).parent
@@ -466,14 +489,17 @@ def from_kubeconfig(path: str) -> Credentials:
     try:
         ca_data = cluster.get("certificate-authority-data")
         ctx = _ssl_context(ca_file=rel(cluster["certificate-authority"]) if cluster.get("certificate-authority") else None,
-                           ca_data=base64.b64decode(ca_data).decode() if ca_data else None,
+                           ca_data=base64.b64decode(ca_data, validate=True).decode() if ca_data else None,
                            insecure=bool(cluster.get("insecure-skip-tls-verify")))
         cert, key = user.get("client-certificate"), user.get("client-key")
         cert_data, key_data = user.get("client-certificate-data"), user.get("client-key-data")
         if cert and key:
             ctx.load_cert_chain(rel(cert), rel(key))
         elif cert_data and key_data:
-            _load_chain_data(ctx, base64.b64decode(cert_data), base64.b64decode(key_data))
+            _load_chain_data(ctx, base64.b64decode(cert_data, validate=True), base64.b64decode(key_data, validate=True))
+        elif cert or key or cert_data or key_data:
+            raise ValueError("a client certificate needs its key (client-certificate and client-key, "
+                             "or both -data fields)")
     except (OSError, ValueError) as e:
         raise CredentialsError(f"{path}: TLS settings of context {ctx_name!r}: {e}") from None
     token_file = user.get("tokenFile")

@@ -272,3 +272,43 @@ def test_the_healthz_entry_before_publishing_when_healthy_and_when_failing(monke
     assert p.step()
     assert p.health() == {**base, "status": "False", "reason": nc.XID_REASONS[default_policy().action(79)],
                           "latched": 1, "updates": {"ok": 2, "error": 1}}
+
+
+@pytest.mark.parametrize("node", [
+    {"status": {"conditions": [{"type": "GpuHardwareHealthy"}]}},            # no status
+    {"status": {"conditions": [{"type": "GpuHardwareHealthy", "status": {"x": 1}}]}},
+    {"status": {"conditions": [{"type": "GpuHardwareHealthy", "status": "Maybe"}]}},
+    {"status": {"conditions": 5}}, {"status": [1]}, [1], "node", None,
+])
+def test_an_answer_of_another_shape_holds_no_condition(node) -> None:
+    """A GET answered with a node of another shape: no condition (so /metrics and /healthz,
+    which read the last one, never index a missing field)."""
+    assert nc.condition_of(node) is None
+
+
+def test_a_condition_without_reason_reads_with_an_empty_one() -> None:
+    got = nc.condition_of({"status": {"conditions": [{"type": "GpuHardwareHealthy", "status": "True"}]}})
+    assert got == {"type": "GpuHardwareHealthy", "status": "True", "reason": ""}
+
+
+@pytest.mark.parametrize("body, says", [
+    (b"\xff\xfe not text", "not UTF-8 text"),
+    (b"current-context: c\ncontexts: 5\n", "not a kubeconfig of the usual shape"),
+    (b"current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+     b"clusters: [{name: k, cluster: {server: 'https://h:6443', certificate-authority: [1]}}]\n"
+     b"users: [{name: u, user: {}}]\n", "not a kubeconfig of the usual shape"),
+    (b"current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+     b"clusters: [{name: k, cluster: {server: 'https://h:6443', certificate-authority-data: '!!!'}}]\n"
+     b"users: [{name: u, user: {}}]\n", "TLS settings"),
+    (b"current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+     b"clusters: [{name: k, cluster: {server: 'https://h:0'}}]\nusers: [{name: u, user: {}}]\n", "port 0"),
+    (b"current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+     b"clusters: [{name: k, cluster: {server: 'https://h:6443'}}]\n"
+     b"users: [{name: u, user: {client-certificate: c.pem}}]\n", "needs its key"),
+])
+def test_a_broken_kubeconfig_is_a_credentials_error_naming_the_file(tmp_path, body: bytes, says: str) -> None:
+    kc = tmp_path / "kubeconfig"
+    kc.write_bytes(body)
+    with pytest.raises(nc.CredentialsError, match=says) as e:
+        nc.from_kubeconfig(str(kc))
+    assert str(kc) in str(e.value)
