@@ -326,3 +326,24 @@ def test_expected_gpus_per_node_pages_a_node_that_boots_short(tmp_path: Path) ->
     (tmp_path / "t_test.yaml").write_text(yaml.safe_dump(test))
     r = subprocess.run([_promtool(), "test", "rules", "t_test.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _seconds(duration: str) -> float:
+    return sum(int(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[u]
+               for n, u in re.findall(r"([0-9]+)(ms|[smh])", duration))
+
+
+def test_the_example_scrape_timeout_fits_the_lag_of_the_exact_counts() -> None:
+    """promql.interval_increase counts the raw counters one group interval late, which holds
+    every scrape that started by then only when the scrape timeout is at most that interval:
+    the shipped Prometheus example keeps to it, and the lag is in every raw term."""
+    doc = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = [j for j in doc["scrape_configs"] if j["job_name"] == "nodewarden"]
+    timeout = job.get("scrape_timeout", doc.get("global", {}).get("scrape_timeout", "10s"))
+    assert _seconds(timeout) <= _seconds(config.DEFAULT.interval), (timeout, config.DEFAULT.interval)
+    cfg = dataclasses.replace(config.DEFAULT, interval="30s")
+    expr = promql.interval_increase(cfg, 'c{job="nodewarden"}', "30s")
+    terms = re.findall(r'(?:c|up)\{job="nodewarden"\}( offset \w+)?', expr)
+    assert sorted(terms) == [" offset 1m"] * 4 + [" offset 30s"] * 3, expr  # no term reads "now"
+    recorded = promql.interval_increase(cfg, "p", "30s", born='c{job="nodewarden"}', ignoring="action")
+    assert recorded.startswith("(p - p offset 30s >= 0)") and 'c{job="nodewarden"} offset 1m' in recorded, recorded
