@@ -169,3 +169,39 @@ def test_a_call_before_init_is_uninitialized() -> None:
     with pytest.raises(nvmllib.NVMLError) as e:
         nvmllib.nvmlDeviceGetCount()
     assert e.value.value == nvmllib.NVML_ERROR_UNINITIALIZED
+
+
+# The simulator answers from its last parse while the state file is the version it read (a
+# stat, no read), and sees every change: a file replaced, and one rewritten in place with the
+# same length, at once and after its times settled.
+CHANGES = r"""
+import json, os, sys, time
+from nodewarden import nvmllib as nv
+path = os.environ["NVMLSIM_STATE"]
+nv.nvmlInit()
+h = nv.nvmlDeviceGetHandleByIndex(0)
+def ecc():
+    return nv.nvmlDeviceGetTotalEccErrors(h, 0, 0)
+def in_place(old, new):
+    text = open(path).read()
+    assert len(old) == len(new) and text.count(old) == 1, (old, new)
+    with open(path, "r+") as f:  # same inode, same size
+        f.write(text.replace(old, new))
+seen = [ecc()]
+in_place('"volatile": 7', '"volatile": 8'); seen.append(ecc())
+time.sleep(0.12); seen.append(ecc()); seen.append(ecc())
+in_place('"volatile": 8', '"volatile": 9'); seen.append(ecc())
+time.sleep(0.12); seen.append(ecc())
+print(json.dumps(seen))
+"""
+
+
+def test_the_simulator_sees_every_change_of_its_state_file(tmp_path: Path) -> None:
+    libdir = nvmlsim.build(tmp_path)
+    gpus = nvmlsim.default_gpus(1)
+    gpus[0]["ecc"]["corrected"] = {"volatile": 7, "aggregate": 7}
+    state = nvmlsim.write_state(tmp_path / "nvml.json", gpus=gpus)
+    env = {**nvmlsim.env(libdir, state), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", CHANGES], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [7, 8, 8, 8, 9, 9]
