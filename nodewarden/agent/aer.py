@@ -14,8 +14,9 @@ Matching, per (PCI function, severity) (the function the record is about: the ``
 Error`` line's prefix, whose counters the kernel raised; severity ``corrected``/``non_fatal``/
 ``fatal``):
 
-* a kernel-log record that arrives is remembered for ``window_s`` (the poll interval plus
-  :data:`SLACK_S`; older records, replayed from the ring buffer at start, are not);
+* a kernel-log record that arrives is remembered for ``window_s`` (the pcie collector's
+  period, ``poll_every.pcie`` polls, plus :data:`SLACK_S`; older records, replayed from the
+  ring buffer at start, are not);
 * a sysfs rise of N records, seen by a poll, takes as many remembered records as it can (each
   record used once); the rest wait up to ``slack_s`` for records still to come (the kernel
   raises the counters before it prints, and the follower reads the log up to half a second
@@ -46,6 +47,13 @@ SLACK_S = 3.0  # how long a sysfs rise waits for its kernel-log record, and how 
 MAX_REMEMBERED = 10_000  # kernel-log records remembered at most (an AER storm on a root port the collector does not read)
 
 
+def window_for(poll_interval_s: float, pcie_every: int) -> float:
+    """How long a kernel-log record stays matchable (:class:`AerReconciler`'s ``window_s``), in
+    seconds: a sysfs rise shows at the pcie collector's next poll, ``pcie_every`` agent polls of
+    ``poll_interval_s`` apart, plus :data:`SLACK_S`."""
+    return pcie_every * poll_interval_s + SLACK_S
+
+
 @dataclasses.dataclass
 class _Pending:
     deadline: float
@@ -56,7 +64,7 @@ class _Pending:
 
 class AerReconciler:
     """See the module docstring. ``window_s``: how long a kernel-log record stays matchable (the
-    poll interval plus ``slack_s``); ``slack_s``: how long a sysfs rise waits; ``clock``: Unix
+    pcie collector's period plus ``slack_s``); ``slack_s``: how long a sysfs rise waits; ``clock``: Unix
     time (the kernel-log events' ``time`` is compared with it). Thread-safe."""
 
     def __init__(self, window_s: float, slack_s: float = SLACK_S, clock: Callable[[], float] = time.time,

@@ -21,6 +21,10 @@ Keys (``deploy/config/nodewarden-agent.toml`` is a commented example)::
     pcie = true
     netclass = true
 
+    [poll_every]                         # a polled collector runs at every Nth poll (1: every
+    pcie = 3                             # poll; default 3 for pcie and netclass, 1 for the rest)
+    netclass = 3
+
     [kernel_log]
     accept_injected = false              # count records user space wrote into /dev/kmsg (facility
                                          # not kern) as faults; for end-to-end tests only
@@ -85,6 +89,12 @@ from nodewarden import kmsg as kmsg_reader
 DEFAULT_PATH = "/etc/nodewarden/agent.toml"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 COLLECTORS = collectors.NAMES  # the [collectors] keys: every collector the registry lists, in its order
+# [poll_every] defaults: PCIe link states and AER counters, and the Ethernet interfaces, change
+# rarely and reach the kernel log when they fail (AER records, NIC link lines); read every third
+# poll they cost a third (measured in bench/agent_overhead.py), while the GPUs and the RDMA ports
+# (flash cuts) are read at every poll.
+POLL_EVERY = {"pcie": 3, "netclass": 3}
+POLLED = collectors.POLLED  # the [poll_every] keys
 
 
 class ConfigError(ValueError):
@@ -140,6 +150,7 @@ class AgentConfig:
     kmsg: str = kmsg_reader.KMSG
     boot_id_path: str = kmsg_reader.BOOT_ID
     collectors: tuple[tuple[str, bool], ...] = tuple((c, True) for c in COLLECTORS)
+    poll_every: tuple[tuple[str, int], ...] = tuple((c, POLL_EVERY.get(c, 1)) for c in POLLED)
     accept_injected: bool = False
     flash_cut_max_seconds: float = 60.0
     journal_max_bytes: int = 256 << 20
@@ -158,6 +169,10 @@ class AgentConfig:
     @property
     def enabled_collectors(self) -> list[str]:
         return [c for c, on in self.collectors if on]
+
+    def every(self, collector: str) -> int:
+        """The ``[poll_every]`` of a polled collector: it runs at every Nth poll."""
+        return dict(self.poll_every).get(collector, 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +216,8 @@ class Range:
 RANGES: tuple[Range, ...] = (
     Range("poll_interval_seconds", float, 0.1, 86400.0, "s", "below 0.1 s the pollers spin; above a day they never poll"),
     Range("collector_timeout_seconds", float, 0.1, 3600.0, "s", "a collect() call is abandoned after this"),
+    *(Range(f"poll_every.{c}", int, 1, 360, "polls", "the collector runs at every Nth poll")
+      for c in POLLED),
     Range("flash_cut.max_seconds", float, 1.0, 86400.0, "s", "a down/up pair within this is a flash cut"),
     Range("journal.max_bytes", int, 1 << 20, 1 << 40, "bytes", "all journal files; when reached, new records are dropped"),
     Range("journal.max_day_bytes", int, 64 << 10, 1 << 40, "bytes", "one day's journal file; a storm stops here"),
@@ -284,6 +301,7 @@ TOP: dict[str, Callable[[Any], Any]] = {
 }
 TABLES: dict[str, dict[str, Callable[[Any], Any]]] = {
     "collectors": {c: _boolean for c in COLLECTORS},
+    "poll_every": {c: _ranged(f"poll_every.{c}") for c in POLLED},
     "kernel_log": {"accept_injected": _boolean},
     "flash_cut": {"max_seconds": _ranged("flash_cut.max_seconds")},
     "journal": {k: _ranged(f"journal.{k}") for k in ("max_bytes", "max_day_bytes", "max_age_days",
@@ -332,6 +350,10 @@ def parse(doc: dict[str, Any], name: str, base: AgentConfig | None = None) -> Ag
         merged = dict(cfg.collectors)
         merged.update(tables["collectors"])
         changes["collectors"] = tuple((c, merged[c]) for c in COLLECTORS)
+    if "poll_every" in tables:
+        every = dict(cfg.poll_every)
+        every.update(tables["poll_every"])
+        changes["poll_every"] = tuple((c, every[c]) for c in POLLED)
     if "accept_injected" in tables.get("kernel_log", {}):
         changes["accept_injected"] = tables["kernel_log"]["accept_injected"]
     if "max_seconds" in tables.get("flash_cut", {}):

@@ -54,8 +54,8 @@ from nodewarden.agent import config as cf
 from nodewarden.agent import exporter as ex
 from nodewarden.agent import state as st
 from nodewarden.agent import webconfig
-from nodewarden.agent.aer import SLACK_S as AER_SLACK_S
 from nodewarden.agent.aer import AerReconciler
+from nodewarden.agent.aer import window_for as aer_window_for
 from nodewarden.agent.exporter import Counters, SeriesKey
 from nodewarden.agent.follower import KmsgFollower
 from nodewarden.agent.poller import EventSink, FlashCuts, Poller, build_collectors, load_detector
@@ -380,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
     flash = FlashCuts(detector, counters, host=host) if detector is not None else None
     collectors = build_collectors(cfg.enabled_collectors, cfg.sysfs, host)
     # The polled collectors' sysfs AER rises and the kernel log's AER records: one event per error.
-    aer = AerReconciler(window_s=cfg.poll_interval_seconds + AER_SLACK_S) if collectors else None
+    aer = AerReconciler(window_s=aer_window_for(cfg.poll_interval_seconds, cfg.every("pcie"))) if collectors else None
     observer = kernel_observer(flash, aer)
     publisher = None
     if cfg.kubernetes.node_condition:
@@ -395,7 +395,8 @@ def run(args: argparse.Namespace) -> int:
     if collectors:
         sink = EventSink(counters, store, lock=agent.lock, save=agent.save_state, flash=flash, host=host, aer=aer)
         agent.poller = Poller(collectors, counters, sink, interval=cfg.poll_interval_seconds,
-                              timeout=cfg.collector_timeout_seconds)
+                              timeout=cfg.collector_timeout_seconds,
+                              every={c.name: cfg.every(c.name) for c in collectors})
     # validate.json is exported whoever writes it: this agent's schedule, the validate timer,
     # a Slurm health check, an operator (ReportWatcher).
     reports = ReportWatcher(counters, state_dir / REPORT_FILE, host=host)

@@ -51,7 +51,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from nodewarden import collectors as registry
 from nodewarden import events as ev
@@ -446,17 +446,22 @@ class Status:
 class Poller:
     """Polls ``collectors`` every ``interval`` seconds, each a :class:`Worker` called by a
     :class:`Runner` with a ``timeout``; serves their last good snapshots (:meth:`samples`) and health (:meth:`health`).
+    ``every`` (collector name -> N, default 1): that collector runs at every Nth poll only.
 
     ``sink`` takes their events (None: events are dropped, for tests of the isolation alone).
     A collector that is a :class:`~nodewarden.collectors.base.PortSource` also has its port
     records shown to the flash-cut detector when the sink has one. ``wall`` gives Unix time.
-    Raises ValueError for two collectors of one name, or an interval or timeout not above 0."""
+    Raises ValueError for two collectors of one name, an interval or timeout not above 0, or an
+    ``every`` that is no whole number >= 1 or names no collector."""
 
     def __init__(self, collectors: Sequence[Collector], counters: Counters, sink: EventSink | None = None, *,
                  interval: float = POLL_INTERVAL_S, timeout: float = COLLECTOR_TIMEOUT_S,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, every: Mapping[str, int] | None = None) -> None:
         if interval <= 0 or timeout <= 0:
             raise ValueError("interval and timeout must be > 0")
+        every = dict(every or {})
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in every.values()):
+            raise ValueError(f"every: a whole number of polls >= 1 per collector (got {every})")
         self.counters = counters
         self.sink = sink
         self.interval = interval
@@ -475,6 +480,11 @@ class Poller:
             with_ports = isinstance(c, PortSource) and sink is not None and sink.flash is not None
             self.workers.append(Worker(c, name, with_ports, self._done))
             self._status[name] = Status()
+        unknown = set(every) - names
+        if unknown:
+            raise ValueError(f"every: no polled collector named {', '.join(sorted(unknown))}")
+        self.every = {w.name: every.get(w.name, 1) for w in self.workers}
+        self._polls = 0  # polls begun: a collector runs at those whose number its `every` divides
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._runner: Runner | None = None  # the thread that calls the collectors (a new one after a hang)
@@ -524,9 +534,13 @@ class Poller:
         2.3 times the CPU when the five collectors ran at once). And in one thread, which this
         one waits for once: every thread wake-up costs CPU (~170 us on a virtual machine). A
         collector that newly hangs delays the ones after it by its timeout in that one poll;
-        from the next poll on it is busy and skipped."""
+        from the next poll on it is busy and skipped. A collector with ``every`` N runs at the
+        first poll and every Nth after it; in between, its last snapshot is served."""
         batch = []
+        n, self._polls = self._polls, self._polls + 1
         for w in self.workers:
+            if n % self.every[w.name]:
+                continue
             if w.begin():
                 batch.append(w)
             else:

@@ -48,6 +48,9 @@ def test_the_collectors_keys_are_the_registry_names() -> None:
     assert tuple(cf.TABLES["collectors"]) == collectors.NAMES
     assert cf.AgentConfig().enabled_collectors == list(collectors.NAMES)
     assert tuple(tomllib.loads(EXAMPLE.read_text())["collectors"]) == collectors.NAMES
+    # [poll_every]: the polled ones, in the example with their defaults
+    assert tuple(tomllib.loads(EXAMPLE.read_text())["poll_every"]) == collectors.POLLED == tuple(cf.TABLES["poll_every"])
+    assert dict(cf.AgentConfig().poll_every) == {**dict.fromkeys(collectors.POLLED, 1), "pcie": 3, "netclass": 3}
 
 
 def test_every_key_is_read(tmp_path: Path) -> None:
@@ -63,6 +66,9 @@ procfs = "/host/proc"
 [collectors]
 nvml = false
 kernel_log = false
+[poll_every]
+nvml = 2
+pcie = 6
 [flash_cut]
 max_seconds = 30
 [journal]
@@ -81,6 +87,8 @@ timeout_seconds = 600
     assert (cfg.sysfs, cfg.procfs) == ("/host/sys", "/host/proc")
     assert cfg.enabled_collectors == ["infiniband", "edac", "pcie", "netclass"]
     assert not cfg.enabled("kernel_log") and not cfg.enabled("nvml")
+    assert dict(cfg.poll_every) == {"nvml": 2, "infiniband": 1, "edac": 1, "pcie": 6, "netclass": 3}
+    assert (cfg.every("pcie"), cfg.every("netclass"), cfg.every("edac")) == (6, 3, 1)
     assert (cfg.flash_cut_max_seconds, cfg.journal_max_bytes, cfg.journal_max_age_days) == (30, 1 << 20, 30)
     assert cfg.validator == cf.ValidatorConfig(False, 14, 0, ("--quick", "--profile", "h100_sxm5_80gb"), 600)
 
@@ -103,6 +111,9 @@ timeout_seconds = 600
     ("hostname = \"\"\n", "agent.toml: hostname: expected a non-empty string"),
     ("[collectors]\nnvml = \"yes\"\n", "agent.toml: collectors.nvml: expected true or false"),
     ("[collectors]\ndcgm = true\n", "agent.toml: collectors.dcgm: unknown key"),
+    ("[poll_every]\npcie = 0\n", "agent.toml: poll_every.pcie: expected an integer from 1 to 360 (polls), got 0"),
+    ("[poll_every]\npcie = 1.5\n", "agent.toml: poll_every.pcie: expected an integer"),
+    ("[poll_every]\nkernel_log = 2\n", "agent.toml: poll_every.kernel_log: unknown key (known: nvml, infiniband"),
     ("collectors = true\n", "agent.toml: collectors: expected a table ([collectors])"),
     ("[flash_cut]\nmax_seconds = 0\n", "agent.toml: flash_cut.max_seconds: expected a number from 1 to 86400"),
     ("[validator]\ninterval_days = -7\n", "agent.toml: validator.interval_days: expected a number from 0.0416667 to 366 (days), got -7"),

@@ -372,3 +372,19 @@ def test_kernel_observer_keeps_the_flash_cut_detectors_events() -> None:
     assert [e.kind for e in out] == [ev.IB_FLASH_CUT]
     assert aer.from_sysfs([sysfs_aer(GPU, "fatal")]) == [] and aer.pending() == 0
     assert kernel_observer(None, None) is None
+
+
+def test_a_record_stays_matchable_until_the_pcie_collector_s_next_poll() -> None:
+    """The pcie collector runs every third poll by default: a record printed just after one of
+    its polls is matched by the rise its next poll sees, 30 s later at 10 s polls."""
+    from nodewarden.agent.aer import window_for
+    assert window_for(10, 3) == 33 and window_for(10, 1) == 13
+    clock = Clock()
+    r = AerReconciler(window_s=window_for(10, 3), slack_s=3, clock=clock)
+    r.observe_kernel([kmsg_aer(GPU, "fatal", clock.t)])
+    clock.t += 29.5
+    assert r.from_sysfs([sysfs_aer(GPU, "fatal")]) == [] and r.pending() == 0
+    short = AerReconciler(window_s=window_for(10, 1), slack_s=3, clock=clock)  # the window of every poll
+    short.observe_kernel([kmsg_aer(GPU, "fatal", clock.t)])
+    clock.t += 29.5
+    assert short.from_sysfs([sysfs_aer(GPU, "fatal")]) == [] and short.pending() == 1  # unmatched: waits, then an event

@@ -719,3 +719,37 @@ def test_stopping_gives_back_the_calls_a_runner_will_not_make() -> None:
     p._runner.join(3) if p._runner is not None else None
     assert [n for n, _, _ in spans] == ["a"] and sorted(closed) == ["a", "b"]
     assert not any(w.busy for w in p.workers)
+
+
+class Counting:
+    """Counts its calls; its snapshot carries the call number."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls = 0
+
+    def collect(self) -> Snapshot:
+        self.calls += 1
+        snap = Snapshot()
+        snap.add("nodewarden_test_calls", {"collector": self.name}, self.calls)
+        return snap
+
+
+def test_a_collector_polled_every_nth_poll_serves_its_last_snapshot_in_between() -> None:
+    every1, every3 = Counting("gpu"), Counting("pcie")
+    p = Poller([every1, every3], Counters(), interval=10, timeout=2, every={"pcie": 3})
+    served = []
+    for _ in range(7):
+        p.poll()
+        served.append({name: s.value for name, s in p.samples()})
+    assert (every1.calls, every3.calls) == (7, 3)  # polls 0, 3 and 6
+    assert [s["pcie"] for s in served] == [1, 1, 1, 2, 2, 2, 3]
+    assert [s["gpu"] for s in served] == [1, 2, 3, 4, 5, 6, 7]
+    p.stop()
+
+
+@pytest.mark.parametrize("every, why", [({"pcie": 0}, "whole number"), ({"pcie": 1.5}, "whole number"),
+                                        ({"pcie": True}, "whole number"), ({"nvml": 2}, "no polled collector")])
+def test_an_every_that_is_no_whole_number_of_polls_or_names_no_collector_is_refused(every, why) -> None:
+    with pytest.raises(ValueError, match=why):
+        Poller([Counting("pcie")], Counters(), interval=10, timeout=2, every=every)
