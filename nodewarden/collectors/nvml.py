@@ -34,8 +34,12 @@ retired pages, remapped rows, PCIe replays, the recovery action, the NVLink erro
 0-11 and every link's state) are read in one ``nvmlDeviceGetFieldValues`` call per GPU per poll
 (ids in :mod:`nodewarden.nvml`), the named call being the fallback for a driver or GPU whose field
 answers NOT_SUPPORTED. What does not change while the driver is loaded (identity, the links a GPU
-has, the maximum PCIe link) is read at the first poll and again hourly. An 8-GPU H100 node costs
-31 calls per GPU per poll (:meth:`NvmlCollector.read_gpu`), not the ~120 of one call per value.
+has, the maximum PCIe link) is read at the first poll and again hourly. The NVLink error counters
+(CRC flit, CRC data, replay, recovery: the bulk of the values, 72 per H100) are read at every
+:data:`NVLINK_ERRORS_EVERY`-th poll (30 s at 10 s polls, dcgm-exporter's default interval),
+the last values exported in between: they are rates over minutes to the alerts and panels, while
+a link going down (its state) is read at every poll. An 8-GPU H100 node costs 31 calls per GPU at
+such a poll and 7 at the others (:meth:`NvmlCollector.read_gpu`), not the ~120 of one call per value.
 
 Every call goes through :mod:`nodewarden.nvml`'s session and call wrapper: a query that answers
 ``NVML_ERROR_NOT_SUPPORTED`` leaves its series out (retired pages on Ampere and later, which remap
@@ -122,6 +126,10 @@ RECOVERY_ACTION_REPROBE_SECONDS = 3600.0
 # does not change while the driver is loaded (identity, links, max PCIe link) is read again this often.
 UNSUPPORTED_REPROBE_SECONDS = 3600.0
 STATIC_REREAD_SECONDS = 3600.0
+# The NVLink error counters are read at every this many polls (the first one included); a GPU
+# without a complete earlier reading of a link (the first poll, a new or reset GPU, a link that
+# came back, a read that failed) has that link's read at once.
+NVLINK_ERRORS_EVERY = 3
 CLOSE_TIMEOUT_S = 5.0  # nvmlShutdown at the agent's stop waits at most this long (seconds)
 
 P = "nodewarden_gpu_"
@@ -423,14 +431,21 @@ class NvmlCollector:
     ``hostname``: the ``host`` of events (default: this machine's name); ``clock``: the time of
     events and of the recovery-action re-probe (seconds since the epoch); ``timeout_s``: a poll's
     NVML reads that take longer raise :class:`~nodewarden.nvml.NvmlTimeout` (seconds,
-    :func:`nodewarden.nvml.call_with_timeout`). The previous poll of each GPU is kept in memory
-    to turn counter changes into events. :meth:`collect` is not reentrant: the agent's poller
+    :func:`nodewarden.nvml.call_with_timeout`); ``nvlink_errors_every``: the NVLink error counters
+    are read at every Nth poll (:data:`NVLINK_ERRORS_EVERY`). The previous poll of each GPU is
+    kept in memory to turn counter changes into events. :meth:`collect` is not reentrant: the agent's poller
     never calls it while a call is running."""
 
     name = NAME
 
     def __init__(self, hostname: str | None = None, clock: Callable[[], float] = time.time,
-                 timeout_s: float = nvml.DEFAULT_TIMEOUT_S, sysfs: str | Path | None = None) -> None:
+                 timeout_s: float = nvml.DEFAULT_TIMEOUT_S, sysfs: str | Path | None = None,
+                 nvlink_errors_every: int = NVLINK_ERRORS_EVERY) -> None:
+        if isinstance(nvlink_errors_every, bool) or not isinstance(nvlink_errors_every, int) or nvlink_errors_every < 1:
+            raise ValueError(f"nvlink_errors_every: a whole number of polls >= 1 (got {nvlink_errors_every!r})")
+        self.nvlink_errors_every = nvlink_errors_every
+        self._polls = 0  # polls that read the GPUs: the NVLink error counters at every nvlink_errors_every-th
+        self._link_errors_due = True
         self.host = hostname or socket.gethostname()
         self._sysfs = Path(sysfs) if sysfs is not None else None  # where NVIDIA GPUs are looked for without NVML
         self.clock = clock
@@ -529,6 +544,8 @@ class NvmlCollector:
                                       f"({', '.join(gpus[:4])}{', ...' if len(gpus) > 4 else ''}): no GPU is read")
             return []
         assert self._session is not None
+        self._link_errors_due = self._polls % self.nvlink_errors_every == 0
+        self._polls += 1
         try:
             n = self._session.count()
         except nvml.NvmlCallError as e:
@@ -553,7 +570,8 @@ class NvmlCollector:
         Calls per poll: the handle, one ``nvmlDeviceGetFieldValues`` (:meth:`_field_plan`: ECC,
         retired pages, remapped rows, PCIe replays, the recovery action and the NVLink counters
         of links 0-11), one ``nvmlDeviceGetNvLinkState`` per link the GPU has, the NVLink
-        counters of links 12 and up, the current PCIe generation and width, the clock-event
+        counters of links 12 and up (the NVLink counters at every ``nvlink_errors_every``-th
+        poll only, :meth:`_kept_link_errors`), the current PCIe generation and width, the clock-event
         reasons, temperature and power. What does not change while the driver is loaded (the
         identity, the links a GPU has, its maximum PCIe generation and width) is read at the
         first poll and again every :data:`STATIC_REREAD_SECONDS`, after NVML is initialised
@@ -577,7 +595,8 @@ class NvmlCollector:
             if static is None or now >= static.reread_at:
                 static = self._read_static(index, s, h, now)
             r.uuid, r.pci_bus_id, r.name, r.minor = static.identity
-            plan = self._field_plan(index, static, now)
+            kept = self._kept_link_errors(index, static)
+            plan = self._field_plan(index, static, now, kept)
             try:
                 reads = dict(zip(plan, nvml.read_fields(s, h, plan, raise_call_error=True)))
             except nvml.NvmlCallError as e:
@@ -589,7 +608,7 @@ class NvmlCollector:
                     log.debug("GPU %d: nvmlDeviceGetFieldValues: %s; reading per counter", index, e)
             self._read_recovery_action(r, reads.get((NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0)), now)
             self._read_memory(r, s, h, reads, now)
-            self._read_links(r, s, h, static, reads, now)
+            self._read_links(r, s, h, static, reads, now, kept)
             for fn in nvml.CLOCK_EVENT_REASONS_CALLS:  # r535 and later, else the older name (same bits)
                 mask = self._call(index, s, now, fn, h)
                 if mask is not None:
@@ -677,17 +696,33 @@ class NvmlCollector:
             self._mark_unsupported(index, key, now)
         return v
 
-    def _field_plan(self, index: int, static: "GpuStatic", now: float) -> list[tuple[int, int]]:
+    def _kept_link_errors(self, index: int, static: "GpuStatic") -> dict[int, dict[tuple[int, str], int]]:
+        """The links of GPU ``index`` whose NVLink error counters this poll takes from the
+        previous reading instead of NVML: none at a poll that reads them; else each link with
+        all four counters in the previous reading of the same GPU (same UUID, not lost)."""
+        prev = self._prev.get(index)
+        if self._link_errors_due or prev is None or prev.lost or prev.uuid != static.identity.uuid:
+            return {}
+        out = {}
+        for link in static.links:
+            values = {(link, typ): prev.nvlink_errors.get((link, typ)) for typ in NVLINK_COUNTERS}
+            if None not in values.values():
+                out[link] = values
+        return out
+
+    def _field_plan(self, index: int, static: "GpuStatic", now: float,
+                    kept: Mapping[int, Any] | None = None) -> list[tuple[int, int]]:
         """The field ids of this poll's ``nvmlDeviceGetFieldValues`` call on GPU ``index``: the
         module's counters that have one (:data:`nodewarden.nvml.ECC_FIELDS` ...), the NVLink
         counters of the GPU's links below NVLINK_FIELD_LINKS, and the recovery action unless
         the driver lacks it (RECOVERY_ACTION_REPROBE_SECONDS); minus the fields remembered as
-        not supported. Each entry is (field id, scopeId): the scope is the link of
+        not supported, and the counters of the links in ``kept`` (this poll keeps their earlier
+        values). Each entry is (field id, scopeId): the scope is the link of
         :data:`nodewarden.nvml.NVLINK_STATE_FIELD`, 0 for the others."""
         ids = [*nvml.ECC_FIELDS.values(), *nvml.RETIRED_FIELDS.values(), nvml.RETIRED_PENDING_FIELD,
                *nvml.REMAPPED_FIELDS.values(), nvml.PCIE_REPLAY_FIELD]
         for link in static.links:
-            if link < nvml.NVLINK_FIELD_LINKS:
+            if link < nvml.NVLINK_FIELD_LINKS and link not in (kept or {}):
                 ids.extend(nvml.NVLINK_ERROR_FIELDS[typ][link] for typ in NVLINK_COUNTERS)
         known = self._no_recovery_field.get(index)
         if known is None or now >= known[1]:
@@ -774,10 +809,12 @@ class NvmlCollector:
             r.remapped_rows = RemappedRows(corr, unc, int(bool(pend)), int(bool(fail)))
 
     def _read_links(self, r: GpuReading, s: Session, h: Any, static: "GpuStatic",
-                    reads: Mapping[tuple[int, int], nvml.FieldRead], now: float) -> None:
+                    reads: Mapping[tuple[int, int], nvml.FieldRead], now: float,
+                    kept: Mapping[int, Mapping[tuple[int, str], int]] | None = None) -> None:
         """The state of each link the GPU has (field NVML_FI_DEV_NVLINK_GET_STATE of the link,
         else nvmlDeviceGetNvLinkState: a link that answers neither is left out) and its four
-        error counters (field values for links 0-11, else nvmlDeviceGetNvLinkErrorCounter);
+        error counters (field values for links 0-11, else nvmlDeviceGetNvLinkErrorCounter; a link
+        in ``kept`` keeps those values, read at an earlier poll);
         nvmlDeviceGetCurrPcieLink{Generation,Width} (the max ones are static), PCIe replays
         (field value, else nvmlDeviceGetPcieReplayCounter)."""
         i = r.index
@@ -788,6 +825,9 @@ class NvmlCollector:
             if up is None:
                 continue
             r.nvlink_state[link] = 1 if up else 0
+            if kept and link in kept:
+                r.nvlink_errors.update(kept[link])
+                continue
             for typ, c in NVLINK_COUNTERS.items():
                 answered, v = (self._field(i, reads, nvml.NVLINK_ERROR_FIELDS[typ][link], now)
                                if link < nvml.NVLINK_FIELD_LINKS else (False, None))

@@ -139,22 +139,67 @@ def test_field_ids_are_nvml_h_s() -> None:
                             for link in range(nvml.NVLINK_FIELD_LINKS))
 
 
-def test_a_poll_makes_31_calls_per_h100_and_one_field_values_call(run) -> None:
+def test_a_poll_makes_31_calls_per_h100_and_7_between_nvlink_counter_reads(run) -> None:
+    """The NVLink error counters at every NVLINK_ERRORS_EVERY-th poll (3): polls 1 and 2 after
+    the first keep them, poll 3 reads them again."""
+    assert collector.NVLINK_ERRORS_EVERY == 3
     r = run(faulty_gpus())
     r.poll()
     first = r.calls()
     assert all(by_function(first, g).get(fn) == 1 for g in range(8) for fn in IDENTITY_CALLS)
+    between = {"nvmlDeviceGetHandleByIndex_v2": 1, "nvmlDeviceGetFieldValues": 1,  # link states are fields too
+               "nvmlDeviceGetCurrPcieLinkGeneration": 1, "nvmlDeviceGetCurrPcieLinkWidth": 1,
+               "nvmlDeviceGetCurrentClocksEventReasons": 1, "nvmlDeviceGetTemperature": 1,
+               "nvmlDeviceGetPowerUsage": 1}
+    for _ in range(2):
+        r.poll()
+        calls = r.calls()
+        assert all(by_function(calls, g) == between for g in range(8)), calls
+        assert sum(calls.values()) == 8 * 7
     r.poll()
-    second = r.calls()
+    third = r.calls()
     for g in range(8):
-        calls = by_function(second, g)
+        calls = by_function(third, g)
         links = 12 if g == 6 else 18
-        assert calls.pop("nvmlDeviceGetFieldValues") == 1              # link states are fields too
         assert calls.pop("nvmlDeviceGetNvLinkErrorCounter", 0) == 4 * (links - 12)  # links 12+ have no field id
-        assert calls == {"nvmlDeviceGetHandleByIndex_v2": 1, "nvmlDeviceGetCurrPcieLinkGeneration": 1,
-                         "nvmlDeviceGetCurrPcieLinkWidth": 1, "nvmlDeviceGetCurrentClocksEventReasons": 1,
-                         "nvmlDeviceGetTemperature": 1, "nvmlDeviceGetPowerUsage": 1}, (g, calls)
-    assert sum(second.values()) == 7 * 31 + (31 - 24)  # GPU 6: 12 links, no per-link counter call
+        assert calls == between, (g, calls)
+    assert sum(third.values()) == 7 * 31 + (31 - 24)  # GPU 6: 12 links, no per-link counter call
+
+
+def test_nvlink_counters_are_kept_between_their_reads_and_a_rise_shows_at_the_next(run) -> None:
+    r = run(faulty_gpus())
+
+    def errors(poll: dict) -> dict[tuple[str, str], float]:
+        return {(dict(map(tuple, s[1]))["link"], dict(map(tuple, s[1]))["type"]): s[2] for s in poll["samples"]
+                if s[0] == "nodewarden_gpu_nvlink_errors_total" and ("gpu", "2") in map(tuple, s[1])}
+
+    first = errors(r.poll())
+    assert first[("3", "recovery")] == 8 and first[("15", "crc_flit")] == 4 and len(first) == 18 * 4
+    nvmlsim.update_gpu(r.state, 2, {"nvlink_errors": {"3": {"recovery": 9}, "15": {"crc_flit": 6}}})
+    assert errors(r.poll()) == first and errors(r.poll()) == first  # kept: the same series and values
+    third = errors(r.poll())
+    assert (third[("3", "recovery")], third[("15", "crc_flit")]) == (9, 6)
+    assert {k: v for k, v in third.items() if k not in {("3", "recovery"), ("15", "crc_flit")}} == \
+        {k: v for k, v in first.items() if k not in {("3", "recovery"), ("15", "crc_flit")}}
+
+
+def test_a_gpu_back_from_lost_has_its_nvlink_counters_read_at_once(run) -> None:
+    r = run(faulty_gpus())
+    r.poll()
+    nvmlsim.update_gpu(r.state, 2, {"lost": True})
+    assert "gpu_lost" in r.poll()["events"]
+    nvmlsim.update_gpu(r.state, 2, {"lost": False, "nvlink_errors": {"3": {"recovery": 20}}})
+    r.calls()
+    got = r.poll()  # the third poll: not one that reads the counters, but GPU 2 has no reading to keep
+    assert by_function(r.calls(), 2).get("nvmlDeviceGetNvLinkErrorCounter") == 24
+    assert [s[2] for s in got["samples"] if s[0] == "nodewarden_gpu_nvlink_errors_total"
+            and dict(map(tuple, s[1])) == {"gpu": "2", "link": "3", "type": "recovery"}] == [20]
+
+
+@pytest.mark.parametrize("every", [0, -1, 1.5, True])
+def test_nvlink_errors_every_is_a_whole_number_of_polls(every) -> None:
+    with pytest.raises(ValueError, match="nvlink_errors_every"):
+        collector.NvmlCollector(nvlink_errors_every=every)
 
 
 def test_the_field_path_gives_the_per_counter_calls_values(run) -> None:
