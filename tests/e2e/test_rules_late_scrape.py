@@ -27,6 +27,8 @@ import http.server
 import json
 import threading
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +191,6 @@ def _micro(rfc3339: str) -> str:
 
 
 def _get(url: str) -> bytes:
-    import urllib.request
     with urllib.request.urlopen(url, timeout=2.0) as r:
         return r.read()
 
@@ -217,7 +218,7 @@ def test_a_scrape_that_lands_after_an_evaluation_is_counted_once(tmp_path: Path)
         span = "[5m]"
 
         def sums(record: str, by: str) -> dict[tuple[str, str], float]:
-            body = json.loads(_get(f"{prom.base}/api/v1/query?query=" + _quote(
+            body = json.loads(_get(f"{prom.base}/api/v1/query?query=" + urllib.parse.quote(
                 f"sum by (cluster, {by}) (sum_over_time({record}{span}))")))
             return {(r["metric"]["cluster"], r["metric"].get(by, "")): float(r["value"][1])
                     for r in body["data"]["result"]}
@@ -243,7 +244,3 @@ def test_a_scrape_that_lands_after_an_evaluation_is_counted_once(tmp_path: Path)
             stop(p)
         exporter.close()
 
-
-def _quote(q: str) -> str:
-    import urllib.parse
-    return urllib.parse.quote(q)
