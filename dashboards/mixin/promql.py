@@ -111,33 +111,40 @@ def interval_increase(cfg: Config, series: str, interval: str, born: str | None 
     evaluated every ``interval``: no extrapolation, so ``sum_over_time()`` of it over a range
     telescopes to the range's count (an integer).
 
-    Each evaluation counts what was scraped one interval before it: the difference between the
-    series ``interval`` ago and ``2 * interval`` ago, or all of a series first seen in between
-    while its target was scraped before (see :func:`increase_with_first`; a series first seen
-    after a gap in the scrapes counts nothing). The lag is what makes the count exact: a sample
-    is stamped with its scrape's start and stored when the scrape ends, so an evaluation can run
-    between the two; a difference to the value ``interval`` ago then never sees the rise (the
-    next evaluation reads the late sample as the old value). One interval later every scrape
-    that started by then has been stored, as long as the scrape timeout is at most ``interval``
-    (Prometheus's default timeout is 10 s, the rules' interval 1 m). Counts appear one interval
-    late.
+    Each evaluation counts what was scraped one interval before it: the series ``interval`` ago
+    against its last value before ``2 * interval`` ago (within ``cfg.outage_lookback``, so that a
+    rise across a scrape gap, a node's reboot or an agent restart counts, and a series that
+    comes back at its old value counts nothing), the value itself after a counter reset, or all
+    of a series first seen in between while its target was scraped within the lookback before
+    (see :func:`increase_with_first`: an agent creates such a counter at its first event; the
+    first scrape of a new target counts nothing).
+
+    The lag is what makes the count exact: a sample is stamped with its scrape's start and
+    stored when the scrape ends, so an evaluation can run between the two; a difference to the
+    value ``interval`` ago then never sees the rise (the next evaluation reads the late sample
+    as the old value). One interval later every scrape that started by then has been stored, as
+    long as the scrape timeout is at most ``interval`` (Prometheus's default timeout is 10 s,
+    the rules' interval 1 m). Counts appear one interval late.
 
     ``born`` (given with ``series`` a recording rule of the same group, evaluated just before
     this one, that relabels ``born``): ``series`` is what the group recorded, never late, so its
-    own record an interval ago is the old value and no lag is needed; a series the group did not
-    record then is new unless ``born`` (its raw counter) was there before the lag (a scrape that
-    landed late, or the rules just loaded: old faults are not new). ``ignoring``: the labels the
-    recording rule added."""
-    two = times(interval, 2)
-    up_then = f"{sel(cfg, 'up')} offset {two} == 1"
+    own record is compared with its record an interval ago and no lag is needed; a series the
+    group has not recorded within the lookback is new unless ``born`` (its raw counter) was
+    there within the lookback before the lag (a scrape that landed late, or the rules just
+    loaded: old faults are not new). ``ignoring``: the labels the recording rule added."""
+    lb, two = cfg.outage_lookback, times(interval, 2)
+    up = sel(cfg, "up")
     if born is None:
-        now, then = f"{series} offset {interval}", f"{series} offset {two}"
-        first = f"({now} unless {then})"
+        now, back = f"{series} offset {interval}", two
+        first = f"({now} unless last_over_time({series}[{lb}] offset {two}))"
     else:
         ign = f" ignoring({ignoring})" if ignoring else ""
-        now, then = series, f"{series} offset {interval}"
-        first = f"({now} unless {then} unless{ign} {born} offset {two})"
-    return f"({now} - {then} >= 0) or ({now} < {then}) or ({first} and on(job, instance) ({up_then}))"
+        now, back = series, interval
+        first = (f"({now} unless last_over_time({series}[{lb}] offset {interval})"
+                 f" unless{ign} last_over_time({born}[{lb}] offset {two}))")
+    then = f"last_over_time({series}[{lb}] offset {back})"
+    seen = f"max_over_time({up}[{lb}] offset {back}) == 1"
+    return f"({now} - {then} >= 0) or ({now} < {then}) or ({first} and on(job, instance) ({seen}))"
 
 
 def xid_codes_by_action(policy: catalog.Policy | None = None) -> dict[str, tuple[int, ...]]:

@@ -245,7 +245,8 @@ def recording_groups(cfg: Config) -> list[dict]:
       ``cluster:nodewarden_ib_flash_cuts:interval_increase`` (``job, cluster``): the exact
       number of new events in one evaluation interval (:func:`promql.interval_increase`; the
       raw counters' one interval late, so that a scrape that ended after an evaluation is
-      counted, the Xid policy series' at once). They need a scrape timeout of at most the
+      counted, the Xid policy series' at once; a rise across a scrape gap or an agent restart
+      within ``cfg.outage_lookback`` counted). They need a scrape timeout of at most the
       group's interval.
       ``sum_over_time(...[range])`` of them is the range's count: the failure-statistics
       dashboard's Tables VI and VII read one series per cluster and code, where the raw

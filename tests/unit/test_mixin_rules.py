@@ -343,7 +343,10 @@ def test_the_example_scrape_timeout_fits_the_lag_of_the_exact_counts() -> None:
     assert _seconds(timeout) <= _seconds(config.DEFAULT.interval), (timeout, config.DEFAULT.interval)
     cfg = dataclasses.replace(config.DEFAULT, interval="30s")
     expr = promql.interval_increase(cfg, 'c{job="nodewarden"}', "30s")
-    terms = re.findall(r'(?:c|up)\{job="nodewarden"\}( offset \w+)?', expr)
-    assert sorted(terms) == [" offset 1m"] * 4 + [" offset 30s"] * 3, expr  # no term reads "now"
+    # every raw term reads the past: "now" one interval back, "then" (and `up`) before two
+    terms = re.findall(r'\b(c|up)\{job="nodewarden"\}(\[1h\])?( offset \w+)?', expr)
+    assert sorted(terms) == sorted([("c", "", " offset 30s")] * 3 + [("c", "[1h]", " offset 1m")] * 3
+                                   + [("up", "[1h]", " offset 1m")]), expr
     recorded = promql.interval_increase(cfg, "p", "30s", born='c{job="nodewarden"}', ignoring="action")
-    assert recorded.startswith("(p - p offset 30s >= 0)") and 'c{job="nodewarden"} offset 1m' in recorded, recorded
+    assert recorded.startswith("(p - last_over_time(p[1h] offset 30s) >= 0)"), recorded
+    assert 'last_over_time(c{job="nodewarden"}[1h] offset 1m)' in recorded, recorded
