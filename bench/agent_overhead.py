@@ -654,6 +654,7 @@ def main() -> int:
 
         result = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join(["python3", "bench/agent_overhead.py", *sys.argv[1:]]),
             "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                         "node_exporter": ne_version[0] if ne_version else None},
             "setup": {"gpus": 0 if args.without_nvml else 8,

@@ -250,9 +250,9 @@ def check_number(key: str, v: Any) -> int | float:
     value (float for a float setting). Raises _Bad("expected ...")."""
     r = RANGE_BY_KEY[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _Bad("expected an integer" if r.type is int else "expected a number")
+        raise _Bad(f"expected {'an integer' if r.type is int else 'a number'}, got {str(v).lower() if isinstance(v, bool) else repr(v)}")
     if r.type is int and not isinstance(v, int):
-        raise _Bad("expected an integer")
+        raise _Bad(f"expected an integer, got {_fmt(v) if isinstance(v, float) else repr(v)}")
     if isinstance(v, float) and not math.isfinite(v):
         raise _Bad("expected a finite number")
     if not r.min <= v <= r.max:

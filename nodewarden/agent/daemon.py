@@ -439,7 +439,8 @@ def run(args: argparse.Namespace) -> int:
              f"web config {web.source}{', basic auth' if web.users else ''}" if web else "no TLS, no auth",
              server.cap, state_dir,
              f", config {cfg.source}" if cfg.source else "",
-             ", ".join(agent.poller.names) if agent.poller is not None else "none",
+             ", ".join(n if agent.poller.every[n] == 1 else f"{n} (every {agent.poller.every[n]} polls)"
+                       for n in agent.poller.names) if agent.poller is not None else "none",
              "on" if agent.scheduler is not None else "off")
 
     stop = threading.Event()

@@ -444,6 +444,7 @@ class NvmlCollector:
         if isinstance(nvlink_errors_every, bool) or not isinstance(nvlink_errors_every, int) or nvlink_errors_every < 1:
             raise ValueError(f"nvlink_errors_every: a whole number of polls >= 1 (got {nvlink_errors_every!r})")
         self.nvlink_errors_every = nvlink_errors_every
+        self._count: int | None = None  # GPUs the driver enumerated at the last poll
         self._polls = 0  # polls that read the GPUs: the NVLink error counters at every nvlink_errors_every-th
         self._link_errors_due = True
         self.host = hostname or socket.gethostname()
@@ -554,7 +555,20 @@ class NvmlCollector:
                 self._reset()
                 return []
             raise
+        if n != self._count:
+            self._forget_beyond(n)
         return [r for r in (self.read_gpu(index) for index in range(n)) if r is not None]
+
+    def _forget_beyond(self, n: int) -> None:
+        """The driver enumerates ``n`` GPUs, not the earlier count: what was kept of the GPUs at
+        index ``n`` and up is dropped (an index that comes back may be another GPU: no counter
+        kept from, and no event against, the one before), and every GPU's static identity is
+        read again at this poll."""
+        for kept in (self._prev, self._counter_samples, self._identity, self._last_action):
+            for index in [i for i in kept if i >= n]:
+                del kept[index]
+        self._static.clear()
+        self._count = n
 
     def _gpus_on_the_bus(self) -> list[str]:
         """PCI bus ids of the NVIDIA GPUs (display class, not NVSwitches) under ``sysfs``; [] without one."""

@@ -196,6 +196,28 @@ def test_a_gpu_back_from_lost_has_its_nvlink_counters_read_at_once(run) -> None:
             and dict(map(tuple, s[1])) == {"gpu": "2", "link": "3", "type": "recovery"}] == [20]
 
 
+def test_a_gpu_at_an_index_that_came_back_is_read_as_a_new_gpu(run) -> None:
+    """The driver's count drops from 4 to 2 and comes back with another GPU at index 3 (the
+    NVML simulator allows what a driver does only across a reload): its NVLink counters, its
+    identity and its baseline are its own at once, not the old GPU's, and no event compares
+    the two."""
+    gpus = nvmlsim.default_gpus(4)
+    gpus[3]["nvlink_errors"] = {"0": {"crc_flit": 40000}}
+    gpus[3]["ecc"]["corrected"] = {"volatile": 9, "aggregate": 9}
+    r = run(gpus)
+    r.poll()
+    nvmlsim.write_state(r.state, gpus[:2])
+    r.poll()
+    other = dict(nvmlsim.default_gpus(4)[3], uuid="GPU-00000000-0000-0000-0000-00000000beef")
+    other["nvlink_errors"] = {"0": {"crc_flit": 70000}}
+    nvmlsim.write_state(r.state, [*gpus[:3], other])
+    got = r.poll()  # the third poll: not one that reads the NVLink counters
+    values = {(s[0], tuple(map(tuple, s[1]))): s[2] for s in got["samples"]}
+    assert values[("nodewarden_gpu_nvlink_errors_total", (("gpu", "3"), ("link", "0"), ("type", "crc_flit")))] == 70000
+    assert any(k[0] == "nodewarden_gpu_info" and ("uuid", other["uuid"]) in k[1] for k in values)
+    assert got["events"] == []  # its ECC count (0) is no drop from the old GPU's 9
+
+
 @pytest.mark.parametrize("every", [0, -1, 1.5, True])
 def test_nvlink_errors_every_is_a_whole_number_of_polls(every) -> None:
     with pytest.raises(ValueError, match="nvlink_errors_every"):
