@@ -332,9 +332,17 @@ def test_a_restarted_agent_keeps_the_kernel_log_latch_until_a_passing_report(tmp
     log = tmp_path / "agent.log"
 
     def cond(status: str, why: str | None = None) -> Callable[[], bool]:
+        # the API server holds it, and the agent has had the API's answer to its PATCH (the
+        # server stores the condition before it answers: /healthz says "published" after that)
         def check() -> bool:
             c = api.condition()
-            return c is not None and c["status"] == status and (why is None or c["reason"] == why)
+            if c is None or c["status"] != status or (why is not None and c["reason"] != why):
+                return False
+            try:
+                entry = healthz(node.port)["kubernetes"]
+            except OSError:  # not listening yet
+                return False
+            return entry["status"] == c["status"] and entry["reason"] == c["reason"]
         return check
 
     def kube(port: int) -> dict[str, Any]:
