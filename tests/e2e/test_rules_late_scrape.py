@@ -32,7 +32,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kmsgtools import free_port
 from test_prometheus_e2e import PROMETHEUS, Prom, start_prometheus, stop, wait_for
